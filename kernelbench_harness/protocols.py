@@ -1,0 +1,246 @@
+"""Named, recorded evaluation protocols: everything that changes a number.
+
+Three protocols ship (see PROTOCOLS.md for the sources):
+
+- ``kbench`` (default): stricter than both others. Secret per-run seeds, several fresh input sets
+  drawn by the trusted side, weights carried by ``state_dict``, inputs cloned for every call,
+  correctness judged against a float64 evaluation of the reference with a bound derived from the
+  PyTorch reference's own float64 error, CUDA events with an L2 flush sized from the device,
+  adaptive trials until the median's 95% CI is within 1%, median statistic.
+- ``kernelbench``: KernelBench main @ 423217d (PROTOCOLS.md section 2): 5 trials with seeds derived
+  from 42, ``allclose`` atol=rtol=1e-4 (fp32) / 1e-2 (fp16, bf16), weights by reseeding 42, CUDA
+  events with a 256 MiB flush, 3 warm-ups, 100 trials (+1 discarded), mean rounded to 3 significant
+  figures, reference under ``no_grad`` and candidate with autograd on.
+- ``cuda-agent``: CUDA Agent (arXiv 2602.24286, PROTOCOLS.md section 3): 5 fresh inputs,
+  atol=rtol=1e-2, weights by ``load_state_dict``, ``torch.nn.functional`` forbidden in
+  ``ModelNew.forward``, profiler device time over 10 iterations after 5 warm-ups, no L2 flush,
+  same input every iteration.
+
+A run stores ``Protocol.to_dict()``; results of different protocols never share a table column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["Tolerance", "Protocol", "PROTOCOL_NAMES", "PRECISIONS", "COMPILE_MODES", "get_protocol"]
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+PROTOCOL_NAMES = ("kbench", "kernelbench", "cuda-agent")
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """``allclose`` tolerances: ``|a - b| <= atol + rtol * |b|`` elementwise."""
+
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Every setting that changes a correctness verdict or a time.
+
+    Attributes (grouped):
+        name: ``kbench`` | ``kernelbench`` | ``cuda-agent``.
+        precision: ``fp32`` | ``fp16`` | ``bf16``: floating inputs and weights are cast to it;
+            integer and boolean inputs are never cast (kbench), or are cast (kernelbench, faithfully).
+
+        correct_trials: number of correctness trials (fresh inputs each).
+        seed_policy: ``secret`` (random per run, stored after the run) or ``fixed``.
+        fixed_seed: base seed when ``seed_policy == "fixed"`` (KernelBench: 42).
+        judge: ``allclose`` (against the reference at the run's precision) or ``fp64-bound``
+            (against a float64 evaluation of the reference; bound derived from the PyTorch
+            reference's own error: ``|c - r64| <= k * e_ref + floor_rel * max|r64|`` with
+            ``e_ref = max |r32 - r64|``).
+        tolerances: per precision, for ``allclose`` (and the KernelBench-style result recorded beside).
+        fp64_multiple, fp64_floor_rel: ``k`` and ``floor_rel`` above.
+        weights: ``state_dict`` (copy the reference's parameters and buffers where names and shapes
+            match) or ``reseed`` (KernelBench: ``torch.manual_seed(fixed_seed)`` before each constructor).
+        clone_inputs: give the candidate a fresh clone of the inputs for every call.
+        nan_policy: ``match`` (NaN/Inf allowed only where the reference has them) or ``fail`` (any NaN fails).
+        check_dtype: the output dtype must equal the reference's.
+        forbid_functional: every ``torch.nn.functional`` callable raises inside ``ModelNew.forward``.
+
+        timer: ``cuda_events`` | ``profiler`` | ``wall`` (on a CPU device every protocol uses ``wall``).
+        l2_flush: ``none`` | ``fixed`` (``l2_flush_bytes``) | ``device`` (max(2 x device L2, l2_flush_bytes)).
+        warmup: warm-up calls before timing.
+        trials: timed trials (fixed), or the minimum when ``adaptive``.
+        max_trials, target_ci_rel, time_budget_s: adaptive stopping: stop when the median's 95% CI
+            half-width is within ``target_ci_rel`` of the median, at ``max_trials``, or after
+            ``time_budget_s`` seconds of timing.
+        discard_first: drop the first timed trial (KernelBench times 101 and drops one).
+        statistic: ``median`` or ``mean``.
+        round_sig: round reported times to this many significant figures (KernelBench: 3), or None.
+        rotate_inputs: number of input sets cycled through during timing (1 = same input every call).
+        candidate_no_grad: time the candidate under ``torch.no_grad`` (KernelBench: autograd on).
+        reference_no_grad: run and time the reference under ``no_grad``.
+        baseline_modes: torch.compile modes measured as baselines.
+        compile_mode: the torch.compile mode behind the headline ``speedup_compile``.
+        recheck_after_timing: re-check outputs on fresh inputs, in the same buffers, after timing.
+        both_orders: run reference-then-candidate and candidate-then-reference orders.
+
+        allow_torch_ops: PyTorch ops beside custom kernels (KernelBench allows partial replacement).
+        allow_vendor_libs: cuBLAS/cuDNN calls from the candidate's own code.
+        allow_lower_precision: lower-precision math (fp16/bf16/TF32) inside an fp32 problem.
+        tf32: TF32 for matmul/cuDNN in reference and baselines (off: strict fp32).
+    """
+
+    name: str = "kbench"
+    precision: str = "fp32"
+    # correctness
+    correct_trials: int = 5
+    seed_policy: str = "secret"
+    fixed_seed: int = 42
+    judge: str = "fp64-bound"
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: {
+        "fp32": Tolerance(1e-4, 1e-4), "fp16": Tolerance(1e-2, 1e-2), "bf16": Tolerance(1e-2, 1e-2)})
+    fp64_multiple: float = 16.0
+    fp64_floor_rel: float = 4e-6
+    weights: str = "state_dict"
+    clone_inputs: bool = True
+    nan_policy: str = "match"
+    check_dtype: bool = True
+    forbid_functional: bool = False
+    # timing
+    timer: str = "cuda_events"
+    l2_flush: str = "device"
+    l2_flush_bytes: int = 256 * 1024 * 1024
+    warmup: int = 5
+    trials: int = 20
+    adaptive: bool = True
+    max_trials: int = 400
+    target_ci_rel: float = 0.01
+    time_budget_s: float = 4.0
+    discard_first: bool = False
+    statistic: str = "median"
+    round_sig: int | None = None
+    rotate_inputs: int = 3
+    candidate_no_grad: bool = True
+    reference_no_grad: bool = True
+    baseline_modes: tuple[str, ...] = ("default",)
+    compile_mode: str = "default"
+    recheck_after_timing: bool = True
+    both_orders: bool = True
+    # policy
+    allow_torch_ops: bool = True
+    allow_vendor_libs: bool = True
+    allow_lower_precision: bool = False
+    tf32: bool = False
+
+    @property
+    def tolerance(self) -> Tolerance:
+        """``allclose`` tolerance at this protocol's precision."""
+        return self.tolerances[self.precision]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["tolerances"] = {k: [v.atol, v.rtol] for k, v in self.tolerances.items()}
+        d["baseline_modes"] = list(self.baseline_modes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Protocol":
+        kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
+        if "tolerances" in kw:
+            kw["tolerances"] = {k: (v if isinstance(v, Tolerance) else Tolerance(*v)) for k, v in kw["tolerances"].items()}
+        if "baseline_modes" in kw:
+            kw["baseline_modes"] = tuple(kw["baseline_modes"])
+        return cls(**kw)
+
+    def fingerprint(self) -> str:
+        """Short hash of every setting; baselines and results are keyed by it."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def timing_fingerprint(self) -> str:
+        """Hash of the settings that change a baseline's time (not the correctness judge)."""
+        keys = ("precision", "timer", "l2_flush", "l2_flush_bytes", "warmup", "trials", "adaptive", "max_trials",
+                "target_ci_rel", "discard_first", "statistic", "round_sig", "rotate_inputs", "reference_no_grad",
+                "tf32")
+        blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+_BASE: dict[str, Protocol] = {
+    "kbench": Protocol(),
+    "kernelbench": Protocol(
+        name="kernelbench",
+        seed_policy="fixed",
+        fixed_seed=42,
+        judge="allclose",
+        weights="reseed",
+        clone_inputs=False,
+        nan_policy="fail",
+        check_dtype=False,
+        timer="cuda_events",
+        l2_flush="fixed",
+        l2_flush_bytes=256 * 1024 * 1024,
+        warmup=3,
+        trials=101,
+        adaptive=False,
+        max_trials=101,
+        time_budget_s=1e9,
+        discard_first=True,
+        statistic="mean",
+        round_sig=3,
+        rotate_inputs=1,
+        candidate_no_grad=False,
+        reference_no_grad=True,
+        recheck_after_timing=False,
+        both_orders=False,
+        allow_lower_precision=True,
+    ),
+    "cuda-agent": Protocol(
+        name="cuda-agent",
+        seed_policy="secret",
+        judge="allclose",
+        tolerances={"fp32": Tolerance(1e-2, 1e-2), "fp16": Tolerance(1e-2, 1e-2), "bf16": Tolerance(1e-2, 1e-2)},
+        weights="state_dict",
+        clone_inputs=True,
+        nan_policy="fail",
+        check_dtype=False,
+        forbid_functional=True,
+        timer="profiler",
+        l2_flush="none",
+        warmup=5,
+        trials=10,
+        adaptive=False,
+        max_trials=10,
+        time_budget_s=1e9,
+        statistic="mean",
+        rotate_inputs=1,
+        candidate_no_grad=True,
+        recheck_after_timing=False,
+        both_orders=False,
+        allow_lower_precision=True,
+    ),
+}
+
+
+def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any) -> Protocol:
+    """The named protocol at ``precision``, with optional field ``overrides``.
+
+    Raises:
+        ConfigError: unknown protocol name, precision or field.
+    """
+    if name not in _BASE:
+        raise ConfigError(f"unknown protocol {name!r}", fix=f"use one of: {', '.join(PROTOCOL_NAMES)}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"unknown precision {precision!r}", fix=f"use one of: {', '.join(PRECISIONS)}")
+    fields = {f.name for f in dataclasses.fields(Protocol)}
+    bad = set(overrides) - fields
+    if bad:
+        raise ConfigError(f"unknown protocol setting(s): {', '.join(sorted(bad))}",
+                          fix="see `kbench protocols show` for the settings")
+    for mode in overrides.get("baseline_modes", ()):
+        if mode not in COMPILE_MODES:
+            raise ConfigError(f"unknown torch.compile mode {mode!r}", fix=f"use one of: {', '.join(COMPILE_MODES)}")
+    return dataclasses.replace(_BASE[name], precision=precision, **overrides)
