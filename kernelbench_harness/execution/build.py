@@ -1,0 +1,191 @@
+"""Isolated, content-addressed builds of ``load_inline`` / ``load`` extensions inside a candidate process.
+
+Before a candidate's module is imported, :func:`install_build_hooks` replaces
+``torch.utils.cpp_extension.load_inline`` and ``load`` with wrappers that
+
+- name the extension ``kb_<hash>`` from a hash of everything that determines the binary (sources,
+  functions, flags, include paths, the torch version and the CUDA arch list), so two candidates
+  that both call their extension ``fast_op`` can never load each other's code (EXPLOITS K-26), and
+  identical kernels share one build;
+- build into the candidate's private build folder (never a shared folder it could poison);
+- load a prebuilt binary from the read-only cache folder when one exists (filled by the trusted
+  side from earlier build processes), so an identical kernel is never compiled twice;
+- wrap the returned module so calls into it are counted (a kernel built but never called on the
+  tested path is reported by the worker).
+
+Build failures raise :class:`CandidateBuildError`, which the worker reports as ``compile_error``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import inspect
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["CandidateBuildError", "BuildRecord", "install_build_hooks", "extension_key", "CountingModule"]
+
+
+class CandidateBuildError(RuntimeError):
+    """A candidate's extension failed to compile or link (message holds the compiler output tail)."""
+
+
+class BuildRecord:
+    """What the hooks saw: extensions built, cache hits, compile seconds, calls per extension."""
+
+    def __init__(self) -> None:
+        self.built: list[dict[str, Any]] = []
+        self.cache_hits: list[str] = []
+        self.compile_s: float = 0.0
+        self.calls: dict[str, int] = {}
+        self.kernel_names: set[str] = set()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"built": self.built, "cache_hits": self.cache_hits, "compile_s": round(self.compile_s, 3),
+                "calls": dict(self.calls), "kernel_names": sorted(self.kernel_names)}
+
+
+class CountingModule:
+    """Proxy for an extension module that counts calls to its functions."""
+
+    def __init__(self, module: Any, key: str, record: BuildRecord) -> None:
+        object.__setattr__(self, "_kb_module", module)
+        object.__setattr__(self, "_kb_key", key)
+        object.__setattr__(self, "_kb_record", record)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(object.__getattribute__(self, "_kb_module"), name)
+        if callable(attr) and not name.startswith("__"):
+            record: BuildRecord = object.__getattribute__(self, "_kb_record")
+            key = object.__getattribute__(self, "_kb_key")
+
+            def counted(*a: Any, **k: Any) -> Any:
+                record.calls[key] = record.calls.get(key, 0) + 1
+                return attr(*a, **k)
+
+            counted.__name__ = getattr(attr, "__name__", name)
+            counted.__doc__ = getattr(attr, "__doc__", None)
+            return counted
+        return attr
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_kb_module"), name, value)
+
+    def __dir__(self) -> list[str]:
+        return dir(object.__getattribute__(self, "_kb_module"))
+
+
+def _file_text(p: str) -> str:
+    try:
+        return Path(p).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"<missing {p}>"
+
+
+def extension_key(kind: str, bound: dict[str, Any]) -> str:
+    """Content hash of a load_inline/load call: every argument that changes the binary, plus the
+    torch version and ``TORCH_CUDA_ARCH_LIST``. ``name``, ``build_directory`` and ``verbose`` excluded."""
+    import torch
+
+    items = {k: v for k, v in bound.items() if k not in ("name", "build_directory", "verbose", "keep_intermediates")}
+    if kind == "load":
+        srcs = items.get("sources") or []
+        if isinstance(srcs, str):
+            srcs = [srcs]
+        items["sources"] = [(Path(s).suffix, _file_text(s)) for s in srcs]
+    items["__torch__"] = torch.__version__
+    items["__arch__"] = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    blob = json.dumps(items, sort_keys=True, default=repr).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
+
+
+def _kernel_names(bound: dict[str, Any]) -> set[str]:
+    import re
+
+    text = ""
+    for k in ("cuda_sources", "cpp_sources"):
+        v = bound.get(k)
+        if isinstance(v, (list, tuple)):
+            text += "\n".join(map(str, v))
+        elif v:
+            text += str(v)
+    return set(re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(\w+)", text))
+
+
+def _load_prebuilt(name: str, so_path: Path, is_python_module: bool) -> Any:
+    import torch
+
+    if not is_python_module:
+        torch.ops.load_library(str(so_path))
+        return str(so_path)
+    loader = importlib.machinery.ExtensionFileLoader(name, str(so_path))
+    spec = importlib.util.spec_from_file_location(name, str(so_path), loader=loader)
+    if spec is None:
+        raise CandidateBuildError(f"cannot load prebuilt extension {so_path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRecord) -> None:
+    """Replace ``load_inline`` and ``load`` in ``torch.utils.cpp_extension`` (see the module docstring).
+
+    Args:
+        build_dir: private folder for this process's builds (``<build_dir>/kb_<hash>/``).
+        cache_dir: read-only folder of prebuilt ``kb_<hash>.so`` files, or None.
+        record: filled with what happened.
+    """
+    import torch.utils.cpp_extension as ce
+
+    orig_inline: Callable[..., Any] = ce.load_inline
+    orig_load: Callable[..., Any] = ce.load
+    sig_inline = inspect.signature(orig_inline)
+    sig_load = inspect.signature(orig_load)
+
+    def _wrap(kind: str, orig: Callable[..., Any], sig: inspect.Signature) -> Callable[..., Any]:
+        def hooked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                ba = sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise CandidateBuildError(f"{kind}() called with bad arguments: {e}") from None
+            ba.apply_defaults()
+            bound = dict(ba.arguments)
+            key = extension_key(kind, bound)
+            uname = f"kb_{key}"
+            record.kernel_names |= _kernel_names(bound)
+            is_py = bool(bound.get("is_python_module", True))
+            if cache_dir is not None:
+                so = cache_dir / f"{uname}.so"
+                if so.is_file():
+                    record.cache_hits.append(uname)
+                    mod = _load_prebuilt(uname, so, is_py)
+                    return CountingModule(mod, uname, record) if is_py else mod
+            out_dir = build_dir / uname
+            out_dir.mkdir(parents=True, exist_ok=True)
+            bound["name"] = uname
+            bound["build_directory"] = str(out_dir)
+            bound["verbose"] = False
+            t0 = time.perf_counter()
+            try:
+                mod = orig(**bound)
+            except Exception as e:  # compiler/linker failure, bad source
+                record.compile_s += time.perf_counter() - t0
+                raise CandidateBuildError(f"{type(e).__name__}: {e}") from None
+            record.compile_s += time.perf_counter() - t0
+            so_files = sorted(out_dir.glob(f"{uname}*.so"))
+            record.built.append({"name": uname, "so": str(so_files[0]) if so_files else "",
+                                 "seconds": round(time.perf_counter() - t0, 3)})
+            return CountingModule(mod, uname, record) if is_py else mod
+
+        hooked.__name__ = orig.__name__
+        hooked.__doc__ = orig.__doc__
+        hooked.__wrapped__ = orig  # type: ignore[attr-defined]
+        return hooked
+
+    ce.load_inline = _wrap("load_inline", orig_inline, sig_inline)
+    ce.load = _wrap("load", orig_load, sig_load)

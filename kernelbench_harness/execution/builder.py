@@ -1,0 +1,183 @@
+"""Compiling candidates' extensions on the CPU, ahead of and beside GPU evaluation.
+
+A :class:`BuildPool` runs up to ``workers`` sandboxed candidate processes in ``build`` mode: each
+imports one candidate with no GPU visible, so its ``load_inline`` / ``load`` calls compile (through
+the hooks of :mod:`.build`) into the process's private folder. The trusted side then moves each
+built ``kb_<hash>.so`` into the shared, content-addressed cache, where GPU evaluation loads it
+without compiling. An identical extension is never compiled twice, and no candidate process can
+write into the cache itself.
+
+A definite compiler/linker failure is final (``compile_error``, the GPU is never used for it). An
+import that fails for another reason (module-level code that needs a GPU, say) is left to the GPU
+evaluation to judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core import Candidate
+from .channel import ChannelError, ChannelTimeout
+from .process import Launcher
+from .sandbox import clean_environment
+
+__all__ = ["BuildPool", "BuildOutcome", "needs_build"]
+
+log = logging.getLogger(__name__)
+
+
+def needs_build(source: str) -> bool:
+    """True when the candidate compiles a C++/CUDA extension (Triton kernels compile at first launch)."""
+    return "load_inline" in source or "cpp_extension" in source
+
+
+@dataclass(frozen=True, slots=True)
+class BuildOutcome:
+    """Result of building one candidate's extensions.
+
+    Attributes:
+        status: ``built`` (compiled now), ``cached`` (every extension already in the cache),
+            ``compile_error`` (final), ``deferred`` (import failed for another reason: judge on the GPU),
+            ``timeout``.
+        error: compiler output tail or the import error.
+        seconds: wall time of the build process.
+        compile_s: time spent inside the compiler hooks.
+        extensions: ``kb_<hash>`` names the candidate loads.
+    """
+
+    status: str
+    error: str = ""
+    seconds: float = 0.0
+    compile_s: float = 0.0
+    extensions: tuple[str, ...] = ()
+
+
+class BuildPool:
+    """Concurrent, sandboxed, cached builds of candidate extensions.
+
+    Args:
+        cache_dir: the content-addressed cache (``kb_<hash>.so`` files); created if missing.
+        workers: builds at once (each may run nvcc; ``MAX_JOBS`` per build is set to 2).
+        arch_list: ``TORCH_CUDA_ARCH_LIST`` of the target GPUs (e.g. ``"9.0"``); required to build
+            CUDA code with no GPU visible.
+        timeout_s: wall-clock limit of one build.
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike[str], *, workers: int = 4, arch_list: str | None = None,
+                 timeout_s: float = 900.0, scratch_dir: str | os.PathLike[str] | None = None,
+                 start_method: str = "zygote", sandbox: bool = True) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.workers = max(1, workers)
+        self.timeout_s = timeout_s
+        self.sandbox = sandbox
+        base = Path(scratch_dir) if scratch_dir else Path(tempfile.gettempdir()) / "kbench"
+        base.mkdir(parents=True, exist_ok=True)
+        self.scratch = Path(tempfile.mkdtemp(prefix="kbbuild_", dir=base))
+        extra = {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2"}
+        if arch_list:
+            extra["TORCH_CUDA_ARCH_LIST"] = arch_list
+        self.env = clean_environment(os.environ, extra)
+        self.launcher = Launcher(self.env, start_method)
+        self._sem: asyncio.Semaphore | None = None
+        self._inflight: dict[str, asyncio.Future[BuildOutcome]] = {}
+        self.stats = {"built": 0, "cached": 0, "compile_error": 0, "deferred": 0, "timeout": 0, "compile_s": 0.0}
+
+    async def build(self, candidate: Candidate) -> BuildOutcome:
+        """Build ``candidate``'s extensions (identical sources in flight share one build)."""
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.workers)
+        key = hashlib.sha256(candidate.source.encode()).hexdigest()
+        fut = self._inflight.get(key)
+        if fut is not None:
+            return await fut
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._inflight[key] = fut
+        try:
+            async with self._sem:
+                out = await asyncio.to_thread(self._build_sync, candidate)
+            fut.set_result(out)
+            return out
+        except BaseException as e:
+            fut.set_exception(e)
+            raise
+        finally:
+            self._inflight.pop(key, None)
+
+    def _build_sync(self, candidate: Candidate) -> BuildOutcome:
+        t0 = time.perf_counter()
+        jobdir = Path(tempfile.mkdtemp(prefix="b_", dir=self.scratch))
+        try:
+            src = jobdir / "candidate.py"
+            src.write_text(candidate.source, encoding="utf-8")
+            for sub in ("build", "home", "tmp", "outputs"):
+                (jobdir / sub).mkdir()
+            job: dict[str, Any] = {"mode": "build", "job_dir": str(jobdir), "inputs_dir": str(jobdir),
+                                   "candidate_path": str(src), "device": "cpu", "protocol": {},
+                                   "build_dir": str(jobdir / "build"), "build_cache": str(self.cache_dir)}
+            sandbox = {"private_dir": str(jobdir), "cpu_time_s": int(self.timeout_s * 4),
+                       "file_size_bytes": 4 << 30, "new_netns": True, "landlock": True} if self.sandbox else None
+            h = self.launcher.start(job, sandbox)
+            try:
+                deadline = time.monotonic() + self.timeout_s
+                while True:
+                    msg = h.chan.recv(timeout_s=max(0.0, deadline - time.monotonic()))
+                    if msg.get("event") == "built":
+                        break
+            except ChannelTimeout:
+                h.kill("timeout")
+                h.close()
+                self.stats["timeout"] += 1
+                return BuildOutcome("timeout", f"build did not finish within {self.timeout_s:.0f} s",
+                                    time.perf_counter() - t0)
+            except ChannelError as e:
+                h.close()
+                self.stats["deferred"] += 1
+                return BuildOutcome("deferred", f"build process ended: {e}", time.perf_counter() - t0)
+            h.close()
+            info = msg.get("build") or {}
+            names = tuple([b.get("name", "") for b in info.get("built", [])] + list(info.get("cache_hits", [])))
+            compile_s = float(info.get("compile_s", 0.0))
+            self.stats["compile_s"] += compile_s
+            # move fresh binaries into the shared cache (only from this process's private folder)
+            for b in info.get("built", []):
+                so = Path(str(b.get("so", "")))
+                name = str(b.get("name", ""))
+                if not name.startswith("kb_") or not so.is_file():
+                    continue
+                try:
+                    so.resolve().relative_to(jobdir.resolve())
+                except ValueError:
+                    continue
+                dest = self.cache_dir / f"{name}.so"
+                if not dest.exists():
+                    tmp = self.cache_dir / f".{name}.{os.getpid()}.tmp"
+                    shutil.copyfile(so, tmp)
+                    os.replace(tmp, dest)
+            if msg.get("ok"):
+                status = "built" if info.get("built") else "cached"
+                self.stats[status] += 1
+                return BuildOutcome(status, "", time.perf_counter() - t0, compile_s, names)
+            if msg.get("kind") == "compile_error" and not msg.get("import_error"):
+                self.stats["compile_error"] += 1
+                return BuildOutcome("compile_error", str(msg.get("error", ""))[:8000], time.perf_counter() - t0,
+                                    compile_s, names)
+            self.stats["deferred"] += 1
+            return BuildOutcome("deferred", str(msg.get("error", ""))[:4000], time.perf_counter() - t0,
+                                compile_s, names)
+        finally:
+            shutil.rmtree(jobdir, ignore_errors=True)
+
+    def close(self) -> None:
+        self.launcher.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)

@@ -1,0 +1,702 @@
+"""The trusted side of evaluation on one device: references, comparison, baselines, verdicts.
+
+A :class:`DeviceEvaluator` owns one device (``cpu`` or one GPU, made the only visible one). For each
+problem it draws the input sets itself (secret per-run seeds under the ``kbench`` protocol),
+computes the reference outputs (and a float64 evaluation for the ``fp64-bound`` judge), and keeps
+them. Each candidate runs in a fresh sandboxed process (:mod:`.worker`) that receives the inputs as
+raw files and writes its outputs back as raw files; this process compares them and never imports
+candidate code. Baselines (eager and torch.compile) are timed here with the same timing code the
+candidate process uses (:mod:`.timing`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..core import Candidate, EvalResult, Finding, Outcome, Problem, Severity, TimingStats
+from ..protocols import Protocol
+from . import timing as _timing
+from .channel import ChannelClosed, ChannelError, ChannelTimeout
+from .guards import static_findings
+from .process import ChildHandle, Launcher
+from .sandbox import clean_environment
+from .tensorio import TensorFormatError, encode_value, read_tensor, write_tensor
+from .verify import Comparison, compare_outputs, flatten_outputs, lower_precision_bound_ok
+
+__all__ = ["EvalJob", "DeviceEvaluator", "ProblemContext", "ReferenceError_"]
+
+log = logging.getLogger(__name__)
+
+_DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class ReferenceError_(RuntimeError):
+    """The problem's own reference failed (bad problem file, unsupported op on this device)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvalJob:
+    """One candidate to evaluate.
+
+    Attributes:
+        problem, candidate: what to evaluate.
+        protocol: the run's protocol.
+        run_seed: the run's secret seed (input sets and weights derive from it under ``kbench``).
+        baselines: headline baseline times already known (from the store), by mode name:
+            ``"eager"``, ``"compile:default"``...; missing modes are measured here.
+        timeout_s: wall-clock limit for running the candidate (after its build).
+        build_timeout_s: wall-clock limit for importing the candidate (compiling its extensions).
+    """
+
+    problem: Problem
+    candidate: Candidate
+    protocol: Protocol
+    run_seed: int = 0
+    baselines: dict[str, TimingStats] = field(default_factory=dict)
+    timeout_s: float = 300.0
+    build_timeout_s: float = 900.0
+
+
+def _derive_seed(*parts: Any) -> int:
+    h = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(h[:4], "little")
+
+
+def _exec_problem(problem: Problem) -> types.ModuleType:
+    mod = types.ModuleType(f"kb_problem_L{problem.level}_{problem.problem_id}")
+    try:
+        exec(compile(problem.code, problem.source or problem.file_name, "exec"), mod.__dict__)
+    except Exception as e:
+        raise ReferenceError_(f"problem file fails to run: {type(e).__name__}: {e}") from None
+    return mod
+
+
+def _to_device(vals: list[Any], device: torch.device, dtype: torch.dtype, cast_all: bool) -> list[Any]:
+    out = []
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            v = v.to(device)
+            if v.is_floating_point() or cast_all:
+                v = v.to(dtype)
+        out.append(v)
+    return out
+
+
+def _upcast(vals: list[Any], device: torch.device) -> list[Any]:
+    return [v.to(device).double() if isinstance(v, torch.Tensor) and v.is_floating_point() else
+            (v.to(device) if isinstance(v, torch.Tensor) else v) for v in vals]
+
+
+def _detach_outputs(out: Any) -> list[Any]:
+    return [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(out)]
+
+
+class ProblemContext:
+    """Reference state for one problem under one protocol and run seed (inputs, outputs, weights).
+
+    Raises:
+        ReferenceError_: when the problem's own code fails.
+    """
+
+    def __init__(self, problem: Problem, protocol: Protocol, run_seed: int, device: torch.device,
+                 root: Path) -> None:
+        self.problem = problem
+        self.protocol = protocol
+        self.device = device
+        self.dtype = _DTYPE[protocol.precision]
+        self.cast_all = protocol.name == "kernelbench"
+        self.dir = root / f"p_{problem.code_sha256[:16]}_{protocol.fingerprint()}_{run_seed}"
+        self.inputs_dir = self.dir / "inputs"
+        self.inputs_dir.mkdir(parents=True, exist_ok=True)
+        self.problem_path = self.dir / "problem.py"
+        self.problem_path.write_text(problem.code, encoding="utf-8")
+        self.flags: list[str] = []
+        t0 = time.perf_counter()
+        mod = _exec_problem(problem)
+        self.module = mod
+        n_correct = protocol.correct_trials
+        self.n_correct = n_correct
+        self.recheck_set = n_correct  # a set the candidate has never seen before timing ends
+        n_sets = n_correct + 1
+        if protocol.seed_policy == "fixed":
+            # KernelBench main: seed 42, then one trial seed per correctness trial drawn from it.
+            torch.manual_seed(protocol.fixed_seed)
+            seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(n_sets)]
+            self.weights_seed = protocol.fixed_seed
+        else:
+            seeds = [_derive_seed(run_seed, problem.code_sha256, "inputs", i) for i in range(n_sets)]
+            self.weights_seed = _derive_seed(run_seed, problem.code_sha256, "weights")
+        self.seeds = seeds
+        try:
+            init = list(mod.get_init_inputs())
+            self.init_inputs = init
+            torch.manual_seed(self.weights_seed)
+            model = mod.Model(*init)
+        except Exception as e:
+            raise ReferenceError_(f"Model(*get_init_inputs()) fails: {type(e).__name__}: {e}") from None
+        self.cpu_state = {k: v.detach().clone() for k, v in model.state_dict().items()} \
+            if isinstance(model, torch.nn.Module) else {}
+        self.model_cpu = copy.deepcopy(model)
+        model = model.to(device)
+        if self.dtype != torch.float32:
+            model = model.to(self.dtype)
+        self.model = model
+        # input sets (CPU, as get_inputs returns them), written once for every candidate process
+        self.sets_cpu: list[list[Any]] = []
+        self.sets_enc: list[Any] = []
+        for i, s in enumerate(seeds):
+            torch.manual_seed(s)
+            try:
+                vals = list(mod.get_inputs())
+            except Exception as e:
+                raise ReferenceError_(f"get_inputs() fails: {type(e).__name__}: {e}") from None
+            self.sets_cpu.append(vals)
+            self.sets_enc.append(encode_value(vals, self.inputs_dir, f"set{i}_", [0]))
+        self.init_enc = encode_value(init, self.inputs_dir, "init_", [0])
+        self.state_enc: dict[str, Any] | None = None
+        if protocol.weights == "state_dict" and self.cpu_state:
+            self.state_enc = {k: write_tensor(v, self.inputs_dir / f"w_{i}.bin")
+                              for i, (k, v) in enumerate(self.cpu_state.items())}
+        for f in self.inputs_dir.iterdir():
+            os.chmod(f, 0o444)
+        # reference outputs at the run's precision (and float64 for the fp64-bound judge)
+        self.refs: list[list[Any]] = []
+        self.refs64: list[list[Any]] | None = [] if protocol.judge == "fp64-bound" else None
+        grad = torch.no_grad if protocol.reference_no_grad else torch.enable_grad
+        try:
+            with grad():
+                for vals in self.sets_cpu:
+                    self.refs.append(_detach_outputs(self.model(*_to_device(vals, device, self.dtype,
+                                                                                 self.cast_all))))
+                again = _detach_outputs(self.model(*_to_device(self.sets_cpu[0], device, self.dtype,
+                                                                self.cast_all)))
+        except Exception as e:
+            raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}") from None
+        if not all((torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b)
+                   for a, b in zip(self.refs[0], again)):
+            self.flags.append("nondeterministic-reference")
+        if self.refs64 is not None:
+            try:
+                m64 = copy.deepcopy(self.model_cpu).to(device).double()
+                with grad():
+                    for vals in self.sets_cpu:
+                        self.refs64.append(_detach_outputs(m64(*_upcast(vals, device))))
+                del m64
+            except Exception as e:
+                log.warning("%s: no float64 reference (%s); judging with allclose", problem.key, e)
+                self.flags.append("no-fp64-reference")
+                self.refs64 = None
+        self.out_nbytes = max(sum(o.numel() * o.element_size() for o in r if isinstance(o, torch.Tensor))
+                              for r in self.refs)
+        self.setup_s = time.perf_counter() - t0
+        self.baselines: dict[str, TimingStats] = {}
+        self.baseline_info: dict[str, Any] = {}
+
+    @property
+    def timing_sets(self) -> list[int]:
+        return list(range(min(self.protocol.rotate_inputs, self.n_correct) or 1))
+
+    def job_fields(self) -> dict[str, Any]:
+        return {
+            "inputs_dir": str(self.inputs_dir),
+            "problem_path": str(self.problem_path),
+            "sets": self.sets_enc,
+            "init_inputs": self.init_enc,
+            "state_dict": self.state_enc,
+            "weights_seed": self.weights_seed,
+            "n_correct": self.n_correct,
+            "timing_sets": self.timing_sets,
+            "out_nbytes": self.out_nbytes,
+            "cast_int_inputs": self.cast_all,
+        }
+
+    def compare(self, outs: list[Any], set_idx: int) -> Comparison:
+        p = self.protocol
+        tol = p.tolerance
+        return compare_outputs(outs, self.refs[set_idx], judge=p.judge, atol=tol.atol, rtol=tol.rtol,
+                               nan_policy=p.nan_policy, check_dtype=p.check_dtype,
+                               refs64=self.refs64[set_idx] if self.refs64 is not None else None,
+                               fp64_multiple=p.fp64_multiple, fp64_floor_rel=p.fp64_floor_rel)
+
+    def free(self) -> None:
+        self.refs.clear()
+        if self.refs64:
+            self.refs64.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class DeviceEvaluator:
+    """Evaluates candidates on one device. Not thread-safe: one candidate at a time per device.
+
+    Args:
+        device: ``"cpu"`` or ``"cuda"`` (the process should see exactly one GPU; set
+            ``CUDA_VISIBLE_DEVICES`` before creating it).
+        scratch_dir: where per-problem inputs and per-candidate folders go (tmpfs when possible).
+        build_cache: read-only folder of prebuilt extensions (``kb_<hash>.so``), shared with builders.
+        start_method: ``zygote`` or ``spawn`` (see :mod:`.process`).
+        memory_limit_bytes: resident-memory limit of a candidate process (host memory).
+        sandbox: apply the sandbox (network, Landlock, limits) to candidate processes.
+    """
+
+    def __init__(self, device: str = "cpu", *, scratch_dir: str | os.PathLike[str] | None = None,
+                 build_cache: str | os.PathLike[str] | None = None, start_method: str = "zygote",
+                 memory_limit_bytes: int | None = None, sandbox: bool = True,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.device = torch.device(device if device != "cuda" else "cuda:0")
+        base = Path(scratch_dir) if scratch_dir else _default_scratch()
+        base.mkdir(parents=True, exist_ok=True)
+        self.scratch = Path(tempfile.mkdtemp(prefix="kbdev_", dir=base))
+        self.build_cache = Path(build_cache) if build_cache else None
+        self.sandbox_on = sandbox
+        self.memory_limit = memory_limit_bytes or _default_memory_limit()
+        env_extra = {"TRITON_INTERPRET": "1"} if self.device.type == "cpu" else {}
+        env_extra.update(extra_env or {})
+        if self.device.type == "cuda" and "TORCH_CUDA_ARCH_LIST" not in os.environ:
+            cap = torch.cuda.get_device_capability(self.device)
+            env_extra["TORCH_CUDA_ARCH_LIST"] = f"{cap[0]}.{cap[1]}"
+        self.child_env = clean_environment(os.environ, env_extra)
+        self.launcher = Launcher(self.child_env, start_method)
+        self._contexts: dict[tuple[str, str, int], ProblemContext] = {}
+        self._fingerprint: dict[str, Any] | None = None
+
+    # -- public ---------------------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        """Hardware/software fingerprint of this device (see :mod:`kernelbench_harness.hardware`)."""
+        if self._fingerprint is None:
+            from ..hardware import collect_fingerprint
+
+            self._fingerprint = collect_fingerprint(str(self.device))
+        return self._fingerprint
+
+    def context(self, problem: Problem, protocol: Protocol, run_seed: int) -> ProblemContext:
+        """The cached :class:`ProblemContext` (one problem kept at a time, to bound memory)."""
+        key = (problem.code_sha256, protocol.fingerprint(), run_seed)
+        ctx = self._contexts.get(key)
+        if ctx is None:
+            for k in list(self._contexts):
+                self._contexts.pop(k).free()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            ctx = ProblemContext(problem, protocol, run_seed, self.device, self.scratch)
+            self._contexts[key] = ctx
+        return ctx
+
+    def measure_baselines(self, problem: Problem, protocol: Protocol, run_seed: int,
+                          modes: list[str]) -> dict[str, TimingStats]:
+        """Time the reference eager and under torch.compile in ``modes`` with the protocol's timer.
+
+        Args:
+            modes: ``"eager"`` and/or ``"compile:<mode>"`` names.
+
+        Returns:
+            Stats by mode name; a mode that fails (e.g. torch.compile error) is absent and its reason
+            is in ``context(...).baseline_info[mode]``.
+        """
+        ctx = self.context(problem, protocol, run_seed)
+        settings = _timing.TimerSettings.from_protocol(protocol, self.device)
+        sets = [_to_device(ctx.sets_cpu[i], self.device, ctx.dtype, ctx.cast_all) for i in ctx.timing_sets]
+        k = len(sets)
+        out: dict[str, TimingStats] = {}
+        grad = torch.no_grad if protocol.reference_no_grad else torch.enable_grad
+        for mode in modes:
+            if mode in ctx.baselines:
+                out[mode] = ctx.baselines[mode]
+                continue
+            try:
+                if mode == "eager":
+                    fn_model = ctx.model
+                    compile_s = 0.0
+                else:
+                    cmode = mode.split(":", 1)[1]
+                    torch._dynamo.reset()
+                    fn_model = torch.compile(ctx.model, mode=cmode)
+                    t0 = time.perf_counter()
+                    with grad():
+                        fn_model(*sets[0])
+                    if self.device.type == "cuda":
+                        torch.cuda.synchronize(self.device)
+                    compile_s = time.perf_counter() - t0
+
+                def fn(i: int, _m: Any = fn_model) -> Any:
+                    with grad():
+                        return _m(*sets[i % k])
+
+                stats, info = _timing.time_callable(fn, self.device, settings)
+                out[mode] = stats
+                ctx.baselines[mode] = stats
+                ctx.baseline_info[mode] = {"compile_s": round(compile_s, 3), **{kk: v for kk, v in info.items()
+                                                                                 if kk != "synced_ms"}}
+            except Exception as e:
+                log.warning("%s: baseline %s failed: %s", problem.key, mode, e)
+                ctx.baseline_info[mode] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+        return out
+
+    def evaluate(self, job: EvalJob) -> EvalResult:
+        """Evaluate one candidate end to end. Never raises for candidate failures (they are outcomes).
+
+        Returns:
+            The :class:`EvalResult`; baselines measured on the way are in ``extra["baselines"]``
+            (mode -> TimingStats dict) so the caller can store them.
+        """
+        t_start = time.perf_counter()
+        cand, protocol = job.candidate, job.protocol
+        static = static_findings(cand.source)
+        findings: list[Finding] = list(static)
+        phase: dict[str, float] = {}
+        try:
+            ctx = self.context(job.problem, protocol, job.run_seed)
+        except ReferenceError_ as e:
+            return EvalResult(Outcome.RUNTIME_ERROR, error=f"reference failed: {e}", findings=tuple(findings),
+                              device=str(self.device), extra={"reference_error": True})
+        phase["reference"] = ctx.setup_s
+        modes = ["eager", f"compile:{protocol.compile_mode}"]
+        known = dict(job.baselines)
+        jobdir = Path(tempfile.mkdtemp(prefix="cand_", dir=self.scratch))
+        try:
+            res = self._run_candidate(job, ctx, jobdir, findings, phase)
+        finally:
+            shutil.rmtree(jobdir, ignore_errors=True)
+        # baselines: only needed when the candidate produced a time
+        measured: dict[str, TimingStats] = {}
+        if res.candidate is not None:
+            missing = [m for m in modes if m not in known]
+            if missing:
+                t0 = time.perf_counter()
+                measured = self.measure_baselines(job.problem, protocol, job.run_seed, missing)
+                phase["baselines"] = time.perf_counter() - t0
+            allb = {**known, **measured}
+            eager = allb.get("eager")
+            comp = allb.get(f"compile:{protocol.compile_mode}")
+            res = res.with_(eager_ms=eager.value_ms if eager else None, compile_ms=comp.value_ms if comp else None)
+            sp = [x for x in (res.speedup_eager, res.speedup_compile) if x is not None]
+            if sp and max(sp) > 10:
+                res = res.with_(findings=res.findings + (Finding("review.speedup", Severity.WARN, "review",
+                                                                  f"speedup {max(sp):.1f}x > 10x: marked for review"),))
+        cheats = [f for f in res.findings if f.severity is Severity.CHEAT]
+        if cheats and res.outcome is not Outcome.CHEAT:
+            # a cheat voids the result whatever else happened (e.g. a reference subclass fails to import)
+            res = res.with_(outcome=Outcome.CHEAT, tag=cheats[0].tag,
+                            extra={**res.extra, "underlying_outcome": str(res.outcome)})
+        phase["total"] = time.perf_counter() - t_start
+        extra = dict(res.extra)
+        extra["baselines"] = {m: s.to_dict() for m, s in measured.items()}
+        extra["baseline_info"] = {m: ctx.baseline_info.get(m) for m in measured}
+        if ctx.flags:
+            extra["problem_flags"] = list(ctx.flags)
+        return res.with_(phase_s={**phase, **res.phase_s}, device=str(self.device), extra=extra)
+
+    def close(self) -> None:
+        for ctx in self._contexts.values():
+            ctx.free()
+        self._contexts.clear()
+        self.launcher.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    # -- internals -------------------------------------------------------------------------------
+    def _sandbox_cfg(self, jobdir: Path, timeout_s: float) -> dict[str, Any] | None:
+        if not self.sandbox_on:
+            return None
+        ncpu = os.cpu_count() or 1
+        return {
+            "private_dir": str(jobdir),
+            "cpu_time_s": int(max(60.0, timeout_s) * ncpu),
+            "file_size_bytes": max(8 << 30, 0),
+            "address_space_bytes": self.memory_limit * 2 if self.device.type == "cpu" else 0,
+            "limit_address_space": False,
+            "new_netns": True,
+            "landlock": True,
+        }
+
+    def _child_job(self, job: EvalJob, ctx: ProblemContext, jobdir: Path) -> dict[str, Any]:
+        cand_path = jobdir / "candidate.py"
+        cand_path.write_text(job.candidate.source, encoding="utf-8")
+        for sub in ("home", "tmp", "build", "outputs"):
+            (jobdir / sub).mkdir(exist_ok=True)
+        settings = _timing.TimerSettings.from_protocol(job.protocol, self.device)
+        import dataclasses
+
+        return {
+            "mode": "eval",
+            "job_dir": str(jobdir),
+            "candidate_path": str(cand_path),
+            "device": str(self.device),
+            "protocol": job.protocol.to_dict(),
+            "build_dir": str(jobdir / "build"),
+            "build_cache": str(self.build_cache) if self.build_cache else None,
+            "problem_namespace": job.protocol.name == "kernelbench",
+            "timer": dataclasses.asdict(settings),
+            "env": {},
+            **ctx.job_fields(),
+        }
+
+    def _read_outputs(self, msg: dict[str, Any], jobdir: Path) -> list[Any]:
+        outs: list[Any] = []
+        for d in msg.get("descs") or []:
+            if not isinstance(d, dict):
+                raise TensorFormatError("bad output description")
+            if "file" in d:
+                t = read_tensor(d, jobdir / "outputs")
+                os.unlink(jobdir / "outputs" / d["file"])
+                outs.append(t.to(self.device))
+            elif "value" in d:
+                outs.append(d["value"])
+            else:
+                outs.append(object())  # unsupported output type: compare() reports it
+        return outs
+
+    def _run_candidate(self, job: EvalJob, ctx: ProblemContext, jobdir: Path, findings: list[Finding],
+                       phase: dict[str, float]) -> EvalResult:
+        childjob = self._child_job(job, ctx, jobdir)
+        env_note = {}
+        h: ChildHandle | None = None
+        compared: list[Comparison] = []
+        launches = {"extension_calls": 0, "triton_launches": 0}
+        stats: TimingStats | None = None
+        tinfo: dict[str, Any] = {}
+        profile: dict[str, Any] = {}
+        build_info: dict[str, Any] = {}
+        state = "start"
+        t0 = time.perf_counter()
+        build_deadline = t0 + job.build_timeout_s
+
+        def add(msg: dict[str, Any]) -> None:
+            for f in msg.get("findings") or []:
+                try:
+                    findings.append(Finding.from_dict(f))
+                except (KeyError, ValueError, TypeError):
+                    findings.append(Finding("runtime.protocol", Severity.CHEAT, "protocol",
+                                            "malformed finding from the candidate process"))
+
+        def expect(deadline: float, *events: str) -> dict[str, Any]:
+            assert h is not None
+            while True:
+                msg = h.chan.recv(timeout_s=max(0.0, deadline - time.monotonic()))
+                add(msg)
+                if msg.get("event") == "error":
+                    raise _ChildFailed(str(msg.get("kind", "runtime_error")), str(msg.get("error", ""))[:8000])
+                if msg.get("event") in events:
+                    return msg
+
+        try:
+            h = self.launcher.start(childjob, self._sandbox_cfg(jobdir, job.timeout_s))
+            h.watch_memory(self.memory_limit)
+            mono0 = time.monotonic()
+            hello = expect(mono0 + 120, "hello")
+            env_note = hello.get("sandbox") or {}
+            state = "build"
+            built = expect(mono0 + job.build_timeout_s, "built")
+            build_info = built.get("build") or {}
+            phase["build"] = float((built.get("phase_s") or {}).get("build", 0.0))
+            if not built.get("ok"):
+                kind = str(built.get("kind", "compile_error"))
+                outcome = {"oom": Outcome.OOM, "runtime_error": Outcome.RUNTIME_ERROR}.get(kind, Outcome.COMPILE_ERROR)
+                return self._finish(h, EvalResult(outcome, compiled=False, error=str(built.get("error", ""))[:8000],
+                                                  findings=tuple(findings),
+                                                  extra={"sandbox": env_note, "build": build_info}), jobdir)
+            state = "run"
+            run_deadline = time.monotonic() + job.timeout_s
+            constructed = expect(run_deadline, "constructed")
+            weights = constructed.get("weights") or {}
+            ok = True
+            for i in range(ctx.n_correct):
+                msg = expect(run_deadline, "output")
+                for k in launches:
+                    launches[k] += int((msg.get("launches") or {}).get(k, 0))
+                cmp = ctx.compare(self._read_outputs(msg, jobdir), i)
+                compared.append(cmp)
+                if not cmp.ok:
+                    ok = False
+                    h.chan.send({"cmd": "stop"})
+                    break
+                h.chan.send({"cmd": "next"} if i + 1 < ctx.n_correct else {"cmd": "continue"})
+            static_cheat = any(f.severity is Severity.CHEAT for f in findings)
+            if ok and self.device.type == "cuda":
+                h.chan.send({"cmd": "profile", "set": 0})
+                profile = expect(run_deadline, "profile").get("profile") or {}
+            if ok and not static_cheat:
+                state = "time"
+                h.chan.send({"cmd": "time"})
+                tm = expect(run_deadline + job.timeout_s, "timing")
+                stats = TimingStats.from_dict(tm.get("stats"))
+                tinfo = tm.get("info") or {}
+                if job.protocol.recheck_after_timing:
+                    state = "recheck"
+                    h.chan.send({"cmd": "recheck", "set": ctx.recheck_set, "inplace": True})
+                    msg = expect(run_deadline + job.timeout_s, "output")
+                    rc = ctx.compare(self._read_outputs(msg, jobdir), ctx.recheck_set)
+                    if not rc.ok:
+                        findings.append(Finding("runtime.replay", Severity.TIMING, "replay",
+                                                "wrong output on fresh values written into the buffers used "
+                                                f"during timing: {rc.detail}", {"reason": rc.reason}))
+                if job.protocol.both_orders:
+                    h.chan.send({"cmd": "recheck", "set": 0, "inplace": False})
+                    msg = expect(run_deadline + job.timeout_s, "output")
+                    rc = ctx.compare(self._read_outputs(msg, jobdir), 0)
+                    if not rc.ok:
+                        findings.append(Finding("runtime.history", Severity.CHEAT, "history",
+                                                "output for input set 0 differs when computed again after other "
+                                                f"calls: {rc.detail}", {"reason": rc.reason}))
+            h.chan.send({"cmd": "finish"})
+            done = expect(time.monotonic() + 60, "done")
+            build_info = done.get("build") or build_info
+            phase.update({k: float(v) for k, v in (done.get("phase_s") or {}).items() if isinstance(v, (int, float))})
+            res = self._verdict(job, ctx, compared, ok, findings, stats, tinfo, launches, profile, build_info)
+            extra = dict(res.extra)
+            extra.update({"sandbox": env_note, "build": build_info, "weights": weights, "launches": launches,
+                          "profile": profile, "timing_info": {k: v for k, v in tinfo.items() if k != "synced_ms"},
+                          "peak_rss_bytes": h.peak_rss_bytes})
+            return self._finish(h, res.with_(extra=extra), jobdir)
+        except _ChildFailed as e:
+            outcome = Outcome.OOM if e.kind == "oom" else Outcome.RUNTIME_ERROR
+            return self._finish(h, EvalResult(outcome, compiled=state != "build", error=e.text,
+                                              findings=tuple(findings), extra={"sandbox": env_note, "phase": state,
+                                                                               "build": build_info}), jobdir)
+        except ChannelTimeout:
+            if h is not None:
+                h.kill("timeout")
+            limit = job.build_timeout_s if state in ("start", "build") else job.timeout_s
+            return self._finish(h, EvalResult(Outcome.TIMEOUT, compiled=state not in ("start", "build"),
+                                              error=f"no answer within {limit:.0f} s while in phase '{state}'",
+                                              findings=tuple(findings), extra={"phase": state, "sandbox": env_note}),
+                                jobdir)
+        except (ChannelClosed, ChannelError, TensorFormatError, OSError) as e:
+            code = h.wait_exit(10.0) if h is not None else None
+            reason = h.killed_reason if h is not None else ""
+            log_tail = _log_tail(jobdir)
+            if reason.startswith("resident memory"):
+                outcome, err = Outcome.OOM, reason
+            elif isinstance(e, (TensorFormatError,)) or (isinstance(e, ChannelError) and not isinstance(e, ChannelClosed)):
+                outcome, err = Outcome.RUNTIME_ERROR, f"protocol violation: {e}"
+                findings.append(Finding("runtime.protocol", Severity.CHEAT, "protocol", str(e)))
+            else:
+                sig = f"killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+                outcome, err = Outcome.RUNTIME_ERROR, f"candidate process {sig} in phase '{state}'\n{log_tail}"
+                if "out of memory" in log_tail.lower():
+                    outcome = Outcome.OOM
+                if state == "build" and outcome is Outcome.RUNTIME_ERROR:
+                    outcome = Outcome.COMPILE_ERROR
+            if any(f.tag == "protocol" for f in findings):
+                outcome = Outcome.CHEAT
+            return self._finish(h, EvalResult(outcome, compiled=state not in ("start", "build"), error=err[:8000],
+                                              tag="protocol" if outcome is Outcome.CHEAT else "",
+                                              findings=tuple(findings), extra={"phase": state, "sandbox": env_note}),
+                                jobdir)
+
+    def _finish(self, h: ChildHandle | None, res: EvalResult, jobdir: Path) -> EvalResult:
+        if h is not None:
+            h.close()
+        if not res.log:
+            n = 6000 if res.outcome in (Outcome.RUNTIME_ERROR, Outcome.COMPILE_ERROR, Outcome.OOM) else 2000
+            res = res.with_(log=_log_tail(jobdir, n))
+        return res
+
+    def _verdict(self, job: EvalJob, ctx: ProblemContext, compared: list[Comparison], ok: bool,
+                 findings: list[Finding], stats: TimingStats | None, tinfo: dict[str, Any],
+                 launches: dict[str, int], profile: dict[str, Any], build_info: dict[str, Any]) -> EvalResult:
+        p = job.protocol
+        worst_abs = max((c.max_abs_err for c in compared if c.max_abs_err is not None), default=None)
+        worst_rel = max((c.max_rel_err for c in compared if c.max_rel_err is not None), default=None)
+        kb = all(c.allclose_kernelbench for c in compared if c.allclose_kernelbench is not None) if compared else None
+        failed = next((c for c in compared if not c.ok), None)
+        common = dict(compiled=True, max_abs_err=worst_abs, max_rel_err=worst_rel, allclose_kernelbench=kb)
+        extra: dict[str, Any] = {"trials": [{"ok": c.ok, "max_abs_err": c.max_abs_err, "max_rel_err": c.max_rel_err,
+                                             "bound": c.bound, "ref_err": c.ref_err, "detail": c.detail}
+                                            for c in compared]}
+        # did a custom kernel run on the tested path?
+        custom = launches.get("extension_calls", 0) + launches.get("triton_launches", 0)
+        kernel_names = set(build_info.get("kernel_names") or [])
+        prof_kernels = set((profile.get("kernels") or {}).keys())
+        if kernel_names and prof_kernels:
+            custom += sum(1 for k in prof_kernels if any(n in k for n in kernel_names))
+        if ok and custom == 0 and job.candidate.source.strip():
+            fallback = any(f.check == "static.fallback" for f in findings)
+            findings.append(Finding("runtime.kernel-launch", Severity.CHEAT,
+                                    "no-custom-kernel" if fallback else "kernel-not-executed",
+                                    "no custom kernel was launched during the correctness trials",
+                                    {"launches": launches, "profiled_kernels": sorted(prof_kernels)[:20]}))
+        # side-stream / escaped work: synced host time far above the event time
+        synced = tinfo.get("synced_ms") or []
+        if stats is not None and synced and stats.timer == "cuda_events":
+            import statistics as st
+
+            sm = st.median(synced)
+            if sm > 1.5 * stats.median_ms + 0.05:
+                findings.append(Finding("runtime.side-stream", Severity.TIMING, "side-stream",
+                                        f"device work outlives the timed region: median {stats.median_ms:.4f} ms by "
+                                        f"events on the current stream, {sm:.4f} ms until the device is idle",
+                                        {"event_median_ms": stats.median_ms, "synced_median_ms": sm}))
+        cheats = [f for f in findings if f.severity is Severity.CHEAT]
+        if cheats:
+            return EvalResult(Outcome.CHEAT, tag=cheats[0].tag, correct=ok, candidate=stats,
+                              findings=tuple(findings), extra=extra, **common)
+        precision_marks = [f for f in findings if f.severity is Severity.POLICY and f.tag == "precision"]
+        if p.precision != "fp32":
+            precision_marks = []
+        if not ok:
+            assert failed is not None
+            if precision_marks and lower_precision_bound_ok(failed):
+                extra["policy_allowed"] = p.allow_lower_precision
+                return EvalResult(Outcome.POLICY, tag="precision", correct=False, candidate=stats,
+                                  findings=tuple(findings), error=failed.detail, extra=extra, **common)
+            return EvalResult(Outcome.INCORRECT, correct=False, error=failed.detail or failed.reason,
+                              findings=tuple(findings), extra=extra, **common)
+        timing_bad = [f for f in findings if f.severity is Severity.TIMING]
+        if timing_bad:
+            return EvalResult(Outcome.TIMING_INVALID, tag=timing_bad[0].tag, correct=True, candidate=stats,
+                              findings=tuple(findings), extra=extra, **common)
+        if precision_marks:
+            extra["policy_allowed"] = p.allow_lower_precision
+            return EvalResult(Outcome.POLICY, tag="precision", correct=True, candidate=stats,
+                              findings=tuple(findings), extra=extra, **common)
+        return EvalResult(Outcome.CORRECT, correct=True, candidate=stats, findings=tuple(findings), extra=extra,
+                          **common)
+
+
+class _ChildFailed(Exception):
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(text)
+        self.kind = kind
+        self.text = text
+
+
+def _log_tail(jobdir: Path, n: int = 4000) -> str:
+    try:
+        data = (jobdir / "child.log").read_bytes()[-n:]
+        return data.decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _default_scratch() -> Path:
+    shm = Path("/dev/shm")
+    try:
+        st = os.statvfs(shm)
+        if st.f_bavail * st.f_frsize > 8 << 30 and os.access(shm, os.W_OK):
+            return shm / "kbench"
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / "kbench"
+
+
+def _default_memory_limit() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except OSError:
+        pass
+    return 16 << 30

@@ -1,0 +1,251 @@
+"""Starting, watching and killing candidate processes.
+
+Two start methods behind one interface (:class:`Launcher`):
+
+- ``zygote`` (default): a fork server that imported torch once (:mod:`.zygote`); a candidate starts in
+  milliseconds;
+- ``spawn``: a fresh ``python -m kernelbench_harness.execution.worker`` per candidate (slower; used
+  when the zygote cannot start, and in tests of the start path).
+
+Either way the candidate's environment is :func:`.sandbox.clean_environment` of ours, it runs in its
+own process group (killed whole on timeout), and its resident memory is watched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .channel import Channel, ChannelClosed, ChannelError
+
+__all__ = ["Launcher", "ChildHandle"]
+
+log = logging.getLogger(__name__)
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+@dataclass
+class ChildHandle:
+    """A running candidate process."""
+
+    pid: int
+    chan: Channel
+    launcher: "Launcher"
+    killed_reason: str = ""
+    peak_rss_bytes: int = 0
+    exit_code: int | None = None
+    _watch: threading.Thread | None = field(default=None, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def kill(self, reason: str) -> None:
+        """SIGKILL the whole process group (the candidate, its threads, nvcc, ninja...)."""
+        if not self.killed_reason:
+            self.killed_reason = reason
+        for target in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
+            try:
+                target()
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+
+    def wait_exit(self, timeout_s: float = 10.0) -> int | None:
+        """Exit code (negative = killed by that signal), or None if it did not end in time."""
+        if self.exit_code is None:
+            self.exit_code = self.launcher._wait(self.pid, timeout_s)
+        self._stop.set()
+        return self.exit_code
+
+    def close(self) -> None:
+        self._stop.set()
+        self.chan.close()
+        if self.wait_exit(2.0) is None:
+            self.kill("closed")
+            self.wait_exit(5.0)
+
+    def watch_memory(self, limit_bytes: int, interval_s: float = 0.1) -> None:
+        """Kill the process group when the candidate's resident memory exceeds ``limit_bytes``."""
+
+        def run() -> None:
+            while not self._stop.wait(interval_s):
+                rss = _rss_bytes(self.pid)
+                self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+                if limit_bytes and rss > limit_bytes:
+                    self.kill(f"resident memory {rss / 2**30:.1f} GiB over the limit {limit_bytes / 2**30:.1f} GiB")
+                    return
+
+        self._watch = threading.Thread(target=run, name=f"kb-memwatch-{self.pid}", daemon=True)
+        self._watch.start()
+
+
+class Launcher:
+    """Starts candidate processes with a fixed, clean environment.
+
+    Args:
+        env: the complete environment of every candidate process (already cleaned).
+        method: ``zygote`` or ``spawn``.
+    """
+
+    def __init__(self, env: dict[str, str], method: str = "zygote") -> None:
+        self.env = dict(env)
+        self.method = method
+        self._lock = threading.Lock()
+        self._exits: dict[int, int] = {}
+        self._cond = threading.Condition()
+        self._popen: dict[int, subprocess.Popen[bytes]] = {}
+        self._zygote: subprocess.Popen[bytes] | None = None
+        self._ctrl: socket.socket | None = None
+        self._pending_pid: list[int] = []
+        self._reader: threading.Thread | None = None
+        if method == "zygote":
+            try:
+                self._start_zygote()
+            except Exception as e:
+                log.warning("fork server unavailable (%s); starting candidates with spawn", e)
+                self.method = "spawn"
+
+    # -- zygote -----------------------------------------------------------------------------------
+    def _start_zygote(self) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._zygote = subprocess.Popen(
+            [sys.executable, "-m", "kernelbench_harness.execution.zygote", str(child.fileno())],
+            env=self.env, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=None, start_new_session=True)
+        child.close()
+        self._ctrl = parent
+        self._ctrl_buf = b""
+        ready = self._read_ctrl_line(timeout_s=120)
+        if not ready or "ready" not in ready:
+            raise RuntimeError(f"fork server did not start: {ready}")
+        self._reader = threading.Thread(target=self._read_loop, name="kb-zygote-reader", daemon=True)
+        self._reader.start()
+
+    def _read_ctrl_line(self, timeout_s: float | None) -> dict[str, Any] | None:
+        assert self._ctrl is not None
+        self._ctrl.settimeout(timeout_s)
+        while b"\n" not in self._ctrl_buf:
+            try:
+                chunk = self._ctrl.recv(65536)
+            except (socket.timeout, OSError):
+                return None
+            if not chunk:
+                return None
+            self._ctrl_buf += chunk
+        line, self._ctrl_buf = self._ctrl_buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def _read_loop(self) -> None:
+        while True:
+            msg = self._read_ctrl_line(timeout_s=None)
+            if msg is None:
+                with self._cond:
+                    self._dead = True
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                if "pid" in msg:
+                    self._pending_pid.append(int(msg["pid"]))
+                elif "exit" in msg:
+                    self._exits[int(msg["exit"])] = int(msg["status"])
+                elif "error" in msg:
+                    self._pending_pid.append(-1)
+                self._cond.notify_all()
+
+    def _spawn_zygote(self, payload: dict[str, Any]) -> tuple[int, socket.socket]:
+        assert self._ctrl is not None
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with self._lock:
+            data = json.dumps({"cmd": "spawn", **payload}).encode()
+            socket.send_fds(self._ctrl, [data], [theirs.fileno()])
+            theirs.close()
+            with self._cond:
+                ok = self._cond.wait_for(lambda: self._pending_pid or getattr(self, "_dead", False), timeout=60)
+                if not ok or not self._pending_pid:
+                    raise RuntimeError("fork server did not answer")
+                pid = self._pending_pid.pop(0)
+        if pid < 0:
+            raise RuntimeError("fork server refused the request")
+        return pid, mine
+
+    # -- spawn ------------------------------------------------------------------------------------
+    def _spawn_fresh(self, payload: dict[str, Any]) -> tuple[int, socket.socket]:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        p = subprocess.Popen([sys.executable, "-m", "kernelbench_harness.execution.worker", str(theirs.fileno())],
+                             env=self.env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        theirs.close()
+        Channel(mine).send(payload)
+        self._popen[p.pid] = p
+        return p.pid, mine
+
+    # -- common -----------------------------------------------------------------------------------
+    def start(self, job: dict[str, Any], sandbox: dict[str, Any] | None) -> ChildHandle:
+        """Start a candidate process for ``job``; returns once it is running (before it says hello)."""
+        payload = {"job": job, "sandbox": sandbox}
+        if self.method == "zygote" and self._zygote is not None and self._zygote.poll() is None:
+            try:
+                pid, sock = self._spawn_zygote(payload)
+            except (RuntimeError, OSError) as e:
+                log.warning("fork server failed (%s); falling back to spawn", e)
+                self.method = "spawn"
+                pid, sock = self._spawn_fresh(payload)
+        else:
+            pid, sock = self._spawn_fresh(payload)
+        return ChildHandle(pid=pid, chan=Channel(sock), launcher=self)
+
+    def _wait(self, pid: int, timeout_s: float) -> int | None:
+        p = self._popen.get(pid)
+        if p is not None:
+            try:
+                code = p.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return None
+            self._popen.pop(pid, None)
+            return code
+        with self._cond:
+            self._cond.wait_for(lambda: pid in self._exits or getattr(self, "_dead", False), timeout=timeout_s)
+            return self._exits.pop(pid, None)
+
+    def close(self) -> None:
+        for pid in list(self._popen):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if self._ctrl is not None:
+            try:
+                self._ctrl.close()
+            except OSError:
+                pass
+        if self._zygote is not None:
+            try:
+                self._zygote.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._zygote.kill()
+
+
+def recv_event(handle: ChildHandle, deadline: float) -> dict[str, Any]:
+    """Next message from a candidate, or raise ChannelError subclasses (timeout / closed / malformed)."""
+    remaining = max(0.0, deadline - time.monotonic())
+    return handle.chan.recv(timeout_s=remaining)
+
+
+__all__ += ["recv_event", "ChannelClosed", "ChannelError"]

@@ -1,0 +1,223 @@
+"""Confinement of candidate processes: environment, limits, network, filesystem writes.
+
+Applied in a freshly forked candidate process before any candidate code is imported:
+
+- environment: rebuilt from an allow-list; anything that looks like a credential is dropped
+  (:func:`clean_environment`), and HOME / TMPDIR / build and cache folders point into the
+  candidate's private folder;
+- resource limits: CPU seconds, file size, core dumps, and (CPU devices only: CUDA reserves huge
+  virtual ranges) address space; resident memory is also watched from outside;
+- network: a new, empty network namespace (``unshare(CLONE_NEWNET)``) where the OS allows it, and
+  Landlock TCP bind/connect denial (ABI >= 4);
+- filesystem: Landlock (ABI >= 1) allows writes only beneath the private folder and ``/dev``,
+  so the results store, the reports and the source tree stay read-only to the candidate;
+  Landlock also stops the candidate from signalling or ptracing processes outside it (ABI >= 6);
+- its own process group (``setsid``), so a timeout kills nvcc, ninja and any thread or child.
+
+Each layer reports whether it took effect; the result records it (``sandbox`` in the evidence).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import re
+import resource
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+__all__ = ["SandboxConfig", "clean_environment", "apply_sandbox", "looks_secret", "landlock_abi"]
+
+log = logging.getLogger(__name__)
+
+_SECRET_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|CERT|SIGNATURE|DSN|"
+                        r"DATABASE_URL|_URL_WITH|WEBHOOK)", re.IGNORECASE)
+_ALLOWED_PREFIXES = ("CUDA_", "NVIDIA_", "TORCH_", "TRITON_", "LC_", "CUBLAS_", "CUDNN_", "NCCL_", "OMP_",
+                     "MKL_", "PYTORCH_", "KBENCH_CHILD_")
+_ALLOWED_NAMES = {"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "LD_LIBRARY_PATH", "CC", "CXX", "CUDAHOSTCXX",
+                  "MAX_JOBS", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHASHSEED", "CUDA_HOME", "CUDA_PATH",
+                  "TORCH_CUDA_ARCH_LIST", "TRITON_INTERPRET", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",
+                  "TORCH_EXTENSIONS_DIR", "CPATH", "LIBRARY_PATH"}
+
+
+def looks_secret(name: str, value: str = "") -> bool:
+    """True when an environment variable's name or value looks like a credential.
+
+    Values are checked for common key shapes (``sk-...``, long base64/hex tokens in ``*_URL``s with
+    passwords, ``Bearer ...``).
+    """
+    if _SECRET_RE.search(name):
+        return True
+    v = value.strip()
+    if re.match(r"^(sk|pk|rk|ghp|gho|xox[abp]|AKIA|AIza|hf_)[-_A-Za-z0-9]{8,}", v):
+        return True
+    if re.search(r"://[^/\s:@]+:[^/\s@]+@", v):  # URL with embedded password
+        return True
+    return v.lower().startswith("bearer ")
+
+
+def clean_environment(env: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a candidate process gets: allow-listed names only, no credentials.
+
+    Args:
+        env: the parent's environment.
+        extra: variables to set afterwards (private folders, device selection); never filtered.
+    """
+    out: dict[str, str] = {}
+    for k, v in env.items():
+        if looks_secret(k, v):
+            continue
+        if k in _ALLOWED_NAMES or k.startswith(_ALLOWED_PREFIXES):
+            out[k] = v
+    out.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    out["PYTHONDONTWRITEBYTECODE"] = "1"
+    out["PYTHONNOUSERSITE"] = "1"
+    if extra:
+        out.update(extra)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxConfig:
+    """Limits and folders for one candidate process.
+
+    Attributes:
+        private_dir: the only folder tree the candidate may write (plus ``/dev``).
+        extra_write_dirs: more writable trees (e.g. a build folder).
+        cpu_time_s: RLIMIT_CPU (seconds of CPU, all threads); 0 = unlimited.
+        file_size_bytes: RLIMIT_FSIZE; 0 = unlimited.
+        address_space_bytes: RLIMIT_AS, applied only when ``limit_address_space`` (CPU devices).
+        new_netns: try an empty network namespace.
+        landlock: try Landlock filesystem/network/scope rules.
+    """
+
+    private_dir: str
+    extra_write_dirs: tuple[str, ...] = ()
+    cpu_time_s: int = 0
+    file_size_bytes: int = 0
+    address_space_bytes: int = 0
+    limit_address_space: bool = False
+    new_netns: bool = True
+    landlock: bool = True
+    allow_network: bool = False
+    applied: dict[str, str] = field(default_factory=dict)
+
+
+# --- Landlock (linux/landlock.h) ---------------------------------------------------------------
+_SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446
+_FS_WRITE = (1 << 1)  # WRITE_FILE
+_FS_REMOVE_DIR, _FS_REMOVE_FILE = 1 << 4, 1 << 5
+_FS_MAKE = sum(1 << b for b in range(6, 13))  # MAKE_CHAR..MAKE_SYM
+_FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
+_NET_BIND, _NET_CONNECT = 1 << 0, 1 << 1
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+_PR_SET_NO_NEW_PRIVS = 38
+_O_PATH = getattr(os, "O_PATH", 0o10000000)
+_CLONE_NEWNET = 0x40000000
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def landlock_abi() -> int:
+    """Landlock ABI version of the running kernel (0 when unavailable)."""
+    try:
+        r = _libc().syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    except Exception:
+        return 0
+    return max(0, int(r))
+
+
+def _landlock(write_dirs: Iterable[str], deny_tcp: bool) -> str:
+    libc = _libc()
+    abi = landlock_abi()
+    if abi < 1:
+        return "unavailable"
+    fs = _FS_WRITE | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE
+    if abi >= 2:
+        fs |= _FS_REFER
+    if abi >= 3:
+        fs |= _FS_TRUNCATE
+    net = (_NET_BIND | _NET_CONNECT) if (abi >= 4 and deny_tcp) else 0
+    scoped = _SCOPE_SIGNAL if abi >= 6 else 0
+    # struct landlock_ruleset_attr { u64 handled_access_fs; u64 handled_access_net; u64 scoped; }
+    if abi >= 6:
+        attr = struct.pack("QQQ", fs, net, scoped)
+    elif abi >= 4:
+        attr = struct.pack("QQ", fs, net)
+    else:
+        attr = struct.pack("Q", fs)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    rs = libc.syscall(_SYS_CREATE, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    if rs < 0:
+        return f"create failed errno={ctypes.get_errno()}"
+    try:
+        for d in write_dirs:
+            try:
+                fd = os.open(d, _O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                # struct landlock_path_beneath_attr { u64 allowed_access; s32 parent_fd; } __packed
+                rule = struct.pack("=Qi", fs, fd)
+                rb = ctypes.create_string_buffer(rule, len(rule))
+                if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(rs), ctypes.c_int(1), rb, ctypes.c_uint32(0)) < 0:
+                    return f"add_rule failed for {d} errno={ctypes.get_errno()}"
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return f"no_new_privs failed errno={ctypes.get_errno()}"
+        if libc.syscall(_SYS_RESTRICT, ctypes.c_int(rs), ctypes.c_uint32(0)) < 0:
+            return f"restrict failed errno={ctypes.get_errno()}"
+    finally:
+        os.close(rs)
+    parts = [f"abi{abi}", "fs-write-confined"]
+    if net:
+        parts.append("tcp-denied")
+    if scoped:
+        parts.append("signal-scoped")
+    return " ".join(parts)
+
+
+def apply_sandbox(cfg: SandboxConfig) -> dict[str, str]:
+    """Confine the calling process (call it in the candidate process, before importing its code).
+
+    Returns:
+        What each layer did, e.g. ``{"setsid": "ok", "netns": "ok", "landlock": "abi7 ...", ...}``.
+        A layer the OS refuses is reported, not raised: the result records the sandbox's strength.
+    """
+    applied: dict[str, str] = {}
+    try:
+        os.setsid()
+        applied["setsid"] = "ok"
+    except OSError as e:  # already a group leader
+        applied["setsid"] = f"skipped ({e.strerror})"
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if cfg.cpu_time_s > 0:
+        resource.setrlimit(resource.RLIMIT_CPU, (cfg.cpu_time_s, cfg.cpu_time_s + 5))
+        applied["rlimit_cpu_s"] = str(cfg.cpu_time_s)
+    if cfg.file_size_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cfg.file_size_bytes, cfg.file_size_bytes))
+        applied["rlimit_fsize"] = str(cfg.file_size_bytes)
+    if cfg.limit_address_space and cfg.address_space_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (cfg.address_space_bytes, cfg.address_space_bytes))
+        applied["rlimit_as"] = str(cfg.address_space_bytes)
+    if cfg.new_netns and not cfg.allow_network:
+        libc = _libc()
+        if libc.unshare(ctypes.c_int(_CLONE_NEWNET)) == 0:
+            applied["netns"] = "ok"
+        else:
+            applied["netns"] = f"refused errno={ctypes.get_errno()}"
+    if cfg.landlock:
+        dirs = [cfg.private_dir, *cfg.extra_write_dirs, "/dev"]
+        try:
+            applied["landlock"] = _landlock(dirs, deny_tcp=not cfg.allow_network)
+        except Exception as e:  # never let a sandbox layer crash the worker
+            applied["landlock"] = f"error {e}"
+    Path(cfg.private_dir).mkdir(parents=True, exist_ok=True)
+    return applied

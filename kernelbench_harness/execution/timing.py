@@ -1,0 +1,263 @@
+"""One timing code path for candidates, eager and torch.compile alike.
+
+Timers (chosen by the protocol; a CPU device always uses the wall clock):
+
+- ``cuda_events``: a CUDA event pair around each call on the current stream, an L2 flush before
+  each trial outside the timed region, the device synchronised before each trial. Each trial also
+  records a synchronised host time (call + device-wide synchronise), so work that escapes the
+  current stream (side streams, deferred launches) shows up as a gap between the two.
+- ``profiler``: CUDA Agent's method: ``torch.profiler`` over ``trials`` iterations after the
+  warm-ups; time = summed device time of the kernels / iterations.
+- ``wall``: ``time.perf_counter_ns`` around each call.
+
+Adaptive trials (``kbench`` protocol): after ``trials`` trials, continue until the 95% confidence
+interval of the median is within ``target_ci_rel`` of the median, ``max_trials`` is reached, or
+``time_budget_s`` seconds of timing have passed.
+
+The timer functions are captured when this module is imported. In a candidate worker that happens
+before the candidate's code is imported, so a candidate that replaces ``torch.cuda.Event.elapsed_time``
+or ``time.perf_counter`` does not change what this module calls (and :func:`timer_identity_findings`
+reports the replacement).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..core import TimingStats
+
+__all__ = [
+    "TimerSettings",
+    "time_callable",
+    "summarize_samples",
+    "median_ci95",
+    "l2_flush_bytes_for",
+    "round_sig",
+    "original_timers",
+]
+
+# Captured at import (before any candidate code runs in this interpreter).
+_perf_counter_ns = time.perf_counter_ns
+_Event = torch.cuda.Event
+_elapsed_time = torch.cuda.Event.elapsed_time
+_record = torch.cuda.Event.record
+_synchronize = torch.cuda.synchronize
+_event_synchronize = torch.cuda.Event.synchronize
+
+
+def original_timers() -> dict[str, Any]:
+    """The timer callables as captured at import, by name (for identity checks after candidate import)."""
+    return {
+        "time.perf_counter_ns": _perf_counter_ns,
+        "torch.cuda.Event": _Event,
+        "torch.cuda.Event.elapsed_time": _elapsed_time,
+        "torch.cuda.Event.record": _record,
+        "torch.cuda.synchronize": _synchronize,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class TimerSettings:
+    """What :func:`time_callable` needs from a protocol (see ``Protocol`` for meanings)."""
+
+    timer: str = "wall"
+    warmup: int = 3
+    trials: int = 20
+    adaptive: bool = False
+    max_trials: int = 200
+    target_ci_rel: float = 0.01
+    time_budget_s: float = 5.0
+    discard_first: bool = False
+    statistic: str = "median"
+    l2_flush_bytes: int = 0
+    round_sig: int | None = None
+
+    @classmethod
+    def from_protocol(cls, protocol: Any, device: torch.device) -> "TimerSettings":
+        timer = protocol.timer if device.type == "cuda" else "wall"
+        flush = 0
+        if device.type == "cuda" and protocol.l2_flush != "none":
+            flush = l2_flush_bytes_for(device, protocol.l2_flush, protocol.l2_flush_bytes)
+        return cls(timer=timer, warmup=protocol.warmup, trials=protocol.trials, adaptive=protocol.adaptive,
+                   max_trials=protocol.max_trials, target_ci_rel=protocol.target_ci_rel,
+                   time_budget_s=protocol.time_budget_s, discard_first=protocol.discard_first,
+                   statistic=protocol.statistic, l2_flush_bytes=flush, round_sig=protocol.round_sig)
+
+
+def l2_flush_bytes_for(device: torch.device, policy: str, fixed_bytes: int) -> int:
+    """Bytes to write between trials to evict the L2 cache.
+
+    Args:
+        device: a CUDA device.
+        policy: ``fixed`` (``fixed_bytes``, KernelBench's 256 MiB) or ``device`` (at least twice the
+            device's L2 size as reported by ``torch.cuda.get_device_properties``, and at least ``fixed_bytes``).
+    """
+    if policy == "fixed":
+        return int(fixed_bytes)
+    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+    return max(2 * l2, int(fixed_bytes))
+
+
+def round_sig(x: float, sig: int) -> float:
+    """Round ``x`` to ``sig`` significant figures (KernelBench rounds times to 3)."""
+    if x == 0 or not math.isfinite(x):
+        return x
+    return round(x, sig - 1 - int(math.floor(math.log10(abs(x)))))
+
+
+def median_ci95(sorted_samples: Sequence[float]) -> tuple[float, float]:
+    """Distribution-free 95% CI of the median from order statistics (normal approximation to the
+    binomial: ranks ``n/2 -+ 1.96 sqrt(n)/2``). Needs sorted input; n < 6 gives (min, max)."""
+    n = len(sorted_samples)
+    if n == 0:
+        return (float("nan"), float("nan"))
+    if n < 6:
+        return (sorted_samples[0], sorted_samples[-1])
+    half = 1.96 * math.sqrt(n) / 2.0
+    lo = max(0, int(math.floor(n / 2.0 - half)))
+    hi = min(n - 1, int(math.ceil(n / 2.0 + half)) - 1)
+    return (sorted_samples[lo], sorted_samples[hi])
+
+
+def summarize_samples(samples_ms: Sequence[float], *, timer: str, statistic: str,
+                      round_to: int | None = None) -> TimingStats:
+    """:class:`TimingStats` of raw trial times in ms (rounding, if any, applies to mean and median only)."""
+    s = sorted(samples_ms)
+    n = len(s)
+    mean = statistics.fmean(s) if n else float("nan")
+    med = statistics.median(s) if n else float("nan")
+    std = statistics.stdev(s) if n > 1 else 0.0
+    lo, hi = median_ci95(s)
+    if round_to:
+        mean, med = round_sig(mean, round_to), round_sig(med, round_to)
+    return TimingStats(median_ms=med, mean_ms=mean, std_ms=std, min_ms=s[0] if n else float("nan"),
+                       max_ms=s[-1] if n else float("nan"), ci95_low_ms=lo, ci95_high_ms=hi, n=n,
+                       samples_ms=tuple(samples_ms), timer=timer, statistic=statistic)
+
+
+class _Flusher:
+    def __init__(self, device: torch.device, nbytes: int) -> None:
+        self.buf = torch.empty(nbytes // 4, dtype=torch.int32, device=device) if nbytes > 0 else None
+
+    def __call__(self) -> None:
+        if self.buf is not None:
+            self.buf.zero_()
+
+
+def time_callable(
+    fn: Callable[[int], Any],
+    device: torch.device,
+    settings: TimerSettings,
+    *,
+    between: Callable[[], None] | None = None,
+) -> tuple[TimingStats, dict[str, Any]]:
+    """Time ``fn`` under ``settings``.
+
+    Args:
+        fn: called as ``fn(i)`` for trial (or warm-up) index ``i``; it should run the model on input
+            set ``i mod k`` (input rotation is the caller's choice).
+        device: where ``fn`` runs; ``cpu`` forces the wall clock.
+        settings: timer, warm-ups, trials, adaptive stopping, L2 flush size.
+        between: optional callable run before every trial, outside the timed region.
+
+    Returns:
+        ``(stats, info)``: stats in ms over the kept trials; ``info`` holds ``synced_ms`` (per-trial
+        host time of call + device-wide synchronise, cuda_events only), ``elapsed_s`` and ``stopped``
+        (``ci``, ``max_trials``, ``budget``, ``fixed``).
+    """
+    is_cuda = device.type == "cuda"
+    timer = settings.timer if is_cuda else "wall"
+    if timer == "profiler":
+        return _time_profiler(fn, device, settings)
+    flush = _Flusher(device, settings.l2_flush_bytes) if is_cuda else None
+    for i in range(settings.warmup):
+        fn(i)
+    if is_cuda:
+        _synchronize(device)
+    samples: list[float] = []
+    synced: list[float] = []
+    t0 = _perf_counter_ns()
+    stopped = "fixed"
+    i = 0
+    target_n = settings.trials + (1 if settings.discard_first else 0)
+    while True:
+        if between is not None:
+            between()
+        if timer == "cuda_events":
+            flush()  # type: ignore[misc]
+            _synchronize(device)
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            h0 = _perf_counter_ns()
+            _record(start)
+            fn(i)
+            _record(end)
+            _synchronize(device)  # every stream, so side-stream work ends inside the host interval
+            h1 = _perf_counter_ns()
+            samples.append(_elapsed_time(start, end))
+            synced.append((h1 - h0) / 1e6)
+        else:
+            h0 = _perf_counter_ns()
+            fn(i)
+            if is_cuda:
+                _synchronize(device)
+            samples.append((_perf_counter_ns() - h0) / 1e6)
+        i += 1
+        n = len(samples) - (1 if settings.discard_first else 0)
+        if not settings.adaptive:
+            if len(samples) >= target_n:
+                break
+            continue
+        if n >= settings.max_trials:
+            stopped = "max_trials"
+            break
+        if (_perf_counter_ns() - t0) / 1e9 > settings.time_budget_s and n >= min(settings.trials, 3):
+            stopped = "budget"
+            break
+        if n >= settings.trials:
+            kept = sorted(samples[1:] if settings.discard_first else samples)
+            lo, hi = median_ci95(kept)
+            med = statistics.median(kept)
+            if med > 0 and (hi - lo) / 2.0 / med <= settings.target_ci_rel:
+                stopped = "ci"
+                break
+    if settings.discard_first and samples:
+        samples = samples[1:]
+        synced = synced[1:]
+    stats = summarize_samples(samples, timer=timer, statistic=settings.statistic, round_to=settings.round_sig)
+    info = {"synced_ms": synced, "elapsed_s": (_perf_counter_ns() - t0) / 1e9, "stopped": stopped,
+            "l2_flush_bytes": settings.l2_flush_bytes}
+    return stats, info
+
+
+def _time_profiler(fn: Callable[[int], Any], device: torch.device,
+                   settings: TimerSettings) -> tuple[TimingStats, dict[str, Any]]:
+    """CUDA Agent's timer: profiler device time summed over kernels / iterations (ms)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    for i in range(settings.warmup):
+        fn(i)
+    _synchronize(device)
+    t0 = _perf_counter_ns()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(settings.trials):
+            fn(i)
+        _synchronize(device)
+    total_us = 0.0
+    kernels = 0
+    for ev in prof.events():
+        if ev.device_type == DeviceType.CUDA:
+            total_us += float(getattr(ev, "self_device_time_total", 0.0) or ev.device_time_total)
+            kernels += 1
+    per_iter_ms = total_us / 1000.0 / max(1, settings.trials)
+    stats = summarize_samples([per_iter_ms], timer="profiler", statistic=settings.statistic,
+                              round_to=settings.round_sig)
+    stats = TimingStats(**{**stats.to_dict(), "samples_ms": (per_iter_ms,), "n": settings.trials,
+                           "median_ms": stats.median_ms, "mean_ms": stats.mean_ms})
+    return stats, {"kernels": kernels, "elapsed_s": (_perf_counter_ns() - t0) / 1e9, "stopped": "fixed"}

@@ -1,0 +1,532 @@
+"""The candidate process: imports one candidate, runs it on inputs it is given, times it.
+
+This module runs on the *untrusted* side of the boundary. It is imported (with torch, numpy and
+optionally triton) before any candidate code, so the timer and comparison functions it captured
+are the originals. It never sees reference outputs: it writes the candidate's outputs to files,
+and the trusted device worker compares them (see :mod:`.device`). Only torch, numpy, triton and
+the standard library are needed here (the GPU image lacks the harness's other dependencies).
+
+Conversation with the trusted side (JSON lines, see :mod:`.channel`)::
+
+    child -> {"event": "built", ok, error, kind, findings, build, phase_s}
+    (mode "build" ends here)
+    child -> {"event": "output", set, desc, findings, launches}      per correctness trial
+    parent -> {"cmd": "next"} | {"cmd": "stop"}
+    parent -> {"cmd": "time"}        child -> {"event": "timing", stats, info, findings}
+    parent -> {"cmd": "recheck", set, inplace}   child -> {"event": "output", ...}
+    parent -> {"cmd": "finish"}      child -> {"event": "done", findings}
+    child -> {"event": "error", kind, error}   on any failure (then exits)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from . import timing as _timing  # captures the timer functions now, before any candidate import
+from .build import BuildRecord, CandidateBuildError, install_build_hooks
+from .channel import Channel
+from .guards import snapshot_global_flags
+from .tensorio import decode_value, read_tensor, write_tensor
+
+__all__ = ["child_main", "run_job"]
+
+_allclose = torch.allclose
+_equal = torch.equal
+_Tensor = torch.Tensor
+_type = type
+_isinstance = isinstance
+_COMPARE_FUNCS = {"torch.allclose": torch.allclose, "torch.equal": torch.equal, "torch.isclose": torch.isclose,
+                  "torch.Tensor.__eq__": torch.Tensor.__eq__, "torch.Tensor.copy_": torch.Tensor.copy_,
+                  "torch.Tensor.cpu": torch.Tensor.cpu, "torch.Tensor.to": torch.Tensor.to}
+
+_DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class _LaunchCounter:
+    """Counts Triton kernel launches (compiled and interpreted) in this process."""
+
+    def __init__(self) -> None:
+        self.triton = 0
+        self.names: dict[str, int] = {}
+        self.originals: dict[str, Any] = {}
+
+    def install(self) -> None:
+        try:
+            import triton.runtime.jit as jit
+        except Exception:
+            return
+        targets: list[tuple[str, Any]] = [("triton.JITFunction.run", jit.JITFunction)]
+        try:
+            import triton.runtime.interpreter as interp
+
+            targets.append(("triton.InterpretedFunction.run", interp.InterpretedFunction))
+        except Exception:
+            pass
+        for label, cls in targets:
+            orig = cls.run
+            self.originals[label] = orig
+            counter = self
+
+            def run(self_: Any, *args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
+                if not kwargs.get("warmup", False):
+                    counter.triton += 1
+                    name = getattr(getattr(self_, "fn", None), "__name__", None) or getattr(self_, "__name__", "?")
+                    counter.names[name] = counter.names.get(name, 0) + 1
+                return _orig(self_, *args, **kwargs)
+
+            cls.run = run
+            self.installed = getattr(self, "installed", {})
+            self.installed[label] = (cls, run)
+
+    def intact(self) -> list[str]:
+        """Labels whose hook the candidate removed or replaced."""
+        bad = []
+        for label, (cls, fn) in getattr(self, "installed", {}).items():
+            if cls.run is not fn:
+                bad.append(label)
+        return bad
+
+
+def _finding(check: str, severity: str, tag: str, message: str, **data: Any) -> dict[str, Any]:
+    return {"check": check, "severity": severity, "tag": tag, "message": message, "data": data}
+
+
+def _tail(text: str, n: int = 4000) -> str:
+    return text if len(text) <= n else "...\n" + text[-n:]
+
+
+class _Forbid:
+    """Makes every ``torch.nn.functional`` callable raise while active (CUDA Agent's rule)."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active
+        self.saved: dict[str, Any] = {}
+
+    def __enter__(self) -> "_Forbid":
+        if not self.active:
+            return self
+        import torch.nn.functional as F
+
+        for name in dir(F):
+            obj = getattr(F, name)
+            if callable(obj) and not name.startswith("_") and not isinstance(obj, type):
+                self.saved[name] = obj
+
+                def blocked(*a: Any, _n: str = name, **k: Any) -> Any:
+                    raise RuntimeError(f"torch.nn.functional.{_n} is forbidden inside ModelNew.forward "
+                                       f"under this protocol")
+
+                setattr(F, name, blocked)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.saved:
+            import torch.nn.functional as F
+
+            for name, obj in self.saved.items():
+                setattr(F, name, obj)
+            self.saved.clear()
+
+
+def _flatten(x: Any) -> list[Any]:
+    if _isinstance(x, (list, tuple)):
+        out: list[Any] = []
+        for y in x:
+            out.extend(_flatten(y))
+        return out
+    return [x]
+
+
+def _classify_exception(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    if _isinstance(e, MemoryError) or "out of memory" in text.lower() or type(e).__name__ == "OutOfMemoryError":
+        return "oom"
+    return "runtime_error"
+
+
+class _Job:
+    def __init__(self, chan: Channel, job: dict[str, Any]) -> None:
+        self.chan = chan
+        self.job = job
+        self.dir = Path(job["job_dir"])
+        self.inputs_dir = Path(job["inputs_dir"])
+        (self.dir / "outputs").mkdir(parents=True, exist_ok=True)
+        self.device = torch.device(job["device"])
+        self.protocol: dict[str, Any] = job["protocol"]
+        self.precision = _DTYPE[self.protocol.get("precision", "fp32")]
+        self.findings: list[dict[str, Any]] = []
+        self.record = BuildRecord()
+        self.launches = _LaunchCounter()
+        self.phase_s: dict[str, float] = {}
+        self.flags0 = snapshot_global_flags()
+        self.threads0 = {t.ident for t in threading.enumerate()}
+        self.model: Any = None
+        self.sets_cache: dict[int, list[Any]] = {}
+
+    # -- helpers -----------------------------------------------------------------------------
+    def send(self, obj: dict[str, Any]) -> None:
+        if self.findings:
+            obj.setdefault("findings", []).extend(self.findings)
+            self.findings = []
+        self.chan.send(obj)
+
+    def check_integrity(self, where: str) -> None:
+        """Timers, comparison functions, launch hooks and global flags unchanged; no new threads."""
+        for name, fn in _timing.original_timers().items():
+            mod_name, _, attr = name.rpartition(".")
+            owner: Any = {"time": __import__("time"), "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event}.get(
+                mod_name)
+            if owner is not None and getattr(owner, attr, None) is not fn:
+                self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+                                              f"{name} was replaced ({where})"))
+        for name, fn in _COMPARE_FUNCS.items():
+            mod_name, _, attr = name.rpartition(".")
+            owner = torch if mod_name == "torch" else torch.Tensor
+            if getattr(owner, attr, None) is not fn:
+                self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+                                              f"{name} was replaced ({where})"))
+        for label in self.launches.intact():
+            self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+                                          f"the harness's launch counter {label} was removed ({where})"))
+        flags = snapshot_global_flags()
+        changed = {k: (self.flags0[k], v) for k, v in flags.items() if self.flags0.get(k) != v}
+        if changed:
+            self.findings.append(_finding("runtime.global-state", "cheat", "global-state",
+                                          f"process-wide switches changed ({where}): " +
+                                          ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items()),
+                                          changed={k: list(v) for k, v in changed.items()}))
+            self.flags0 = flags  # report each change once
+        alive = [t for t in threading.enumerate() if t.ident not in self.threads0 and t.is_alive()]
+        if alive:
+            self.findings.append(_finding("runtime.threads", "cheat", "deferred-work",
+                                          f"{len(alive)} thread(s) started by the candidate are alive ({where}): "
+                                          + ", ".join(t.name for t in alive)))
+            self.threads0 |= {t.ident for t in alive}
+
+    def load_set(self, idx: int) -> list[Any]:
+        """Input set ``idx`` on the device, cast to the run's precision (floating tensors only,
+        or every tensor when the protocol casts integer inputs too)."""
+        if idx in self.sets_cache:
+            return self.sets_cache[idx]
+        enc = self.job["sets"][idx]
+        vals = decode_value(enc, self.inputs_dir)
+        cast_all = bool(self.job.get("cast_int_inputs", False))
+        out = []
+        for v in vals:
+            if _isinstance(v, torch.Tensor):
+                v = v.to(self.device)
+                if v.is_floating_point() or cast_all:
+                    v = v.to(self.precision)
+            out.append(v)
+        if len(self.sets_cache) < 8:
+            self.sets_cache[idx] = out
+        return out
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def poison(self, nbytes: int) -> None:
+        """Leave freed memory full of 0xFF bytes (NaN for floats), so an uninitialised output is wrong."""
+        if nbytes <= 0:
+            return
+        try:
+            blk = torch.full((int(nbytes),), 0xFF, dtype=torch.uint8, device=self.device)
+            del blk
+        except Exception:
+            pass
+
+    # -- phases --------------------------------------------------------------------------------
+    def build(self) -> types.ModuleType | None:
+        t0 = time.perf_counter()
+        build_dir = Path(self.job["build_dir"])
+        cache = Path(self.job["build_cache"]) if self.job.get("build_cache") else None
+        install_build_hooks(build_dir, cache, self.record)
+        self.launches.install()
+        src_path = Path(self.job["candidate_path"])
+        source = src_path.read_text(encoding="utf-8")
+        mod = types.ModuleType("kb_candidate")
+        mod.__file__ = str(src_path)
+        if self.job.get("problem_namespace") and self.job.get("problem_path"):
+            # KernelBench exec's the candidate in the reference's namespace: reproduce that faithfully.
+            ppath = self.job["problem_path"]
+            exec(compile(Path(ppath).read_text(encoding="utf-8"), ppath, "exec"), mod.__dict__)
+        sys.modules["kb_candidate"] = mod
+        try:
+            code = compile(source, str(src_path), "exec")
+            exec(code, mod.__dict__)
+        except CandidateBuildError as e:
+            self.phase_s["build"] = time.perf_counter() - t0
+            self.send({"event": "built", "ok": False, "kind": "compile_error", "error": _tail(str(e)),
+                       "build": self.record.to_dict(), "phase_s": self.phase_s})
+            return None
+        except SyntaxError as e:
+            self.phase_s["build"] = time.perf_counter() - t0
+            self.send({"event": "built", "ok": False, "kind": "compile_error",
+                       "error": f"SyntaxError: {e.msg} (line {e.lineno})", "build": self.record.to_dict(),
+                       "phase_s": self.phase_s})
+            return None
+        except BaseException as e:  # anything raised while importing the candidate module
+            self.phase_s["build"] = time.perf_counter() - t0
+            kind = _classify_exception(e)
+            self.send({"event": "built", "ok": False, "kind": "compile_error" if kind != "oom" else "oom",
+                       "import_error": True, "error": _tail(traceback.format_exc()),
+                       "build": self.record.to_dict(), "phase_s": self.phase_s})
+            return None
+        self.phase_s["build"] = time.perf_counter() - t0
+        self.check_integrity("after import")
+        if not hasattr(mod, "ModelNew"):
+            self.send({"event": "built", "ok": False, "kind": "runtime_error",
+                       "error": "the candidate defines no ModelNew", "build": self.record.to_dict(),
+                       "phase_s": self.phase_s})
+            return None
+        self.send({"event": "built", "ok": True, "build": self.record.to_dict(), "phase_s": self.phase_s})
+        return mod
+
+    def construct(self, mod: types.ModuleType) -> None:
+        t0 = time.perf_counter()
+        init = decode_value(self.job["init_inputs"], self.inputs_dir)
+        torch.manual_seed(int(self.job["weights_seed"]))
+        model = mod.ModelNew(*init)
+        transferred, skipped = 0, []
+        if self.job.get("state_dict") is not None and _isinstance(model, torch.nn.Module):
+            own = model.state_dict()
+            incoming = {}
+            for name, desc in self.job["state_dict"].items():
+                if name in own and _isinstance(own[name], torch.Tensor):
+                    t = read_tensor(desc, self.inputs_dir)
+                    if tuple(t.shape) == tuple(own[name].shape):
+                        incoming[name] = t
+                        continue
+                skipped.append(name)
+            if incoming:
+                model.load_state_dict(incoming, strict=False)
+                transferred = len(incoming)
+        if _isinstance(model, torch.nn.Module):
+            model = model.to(self.device)
+            if self.precision != torch.float32:
+                model = model.to(self.precision)
+        self.model = model
+        self.phase_s["construct"] = time.perf_counter() - t0
+        self.weights_info = {"transferred": transferred, "skipped": skipped[:20], "n_skipped": len(skipped)}
+
+    def call(self, args: list[Any]) -> Any:
+        grad = torch.no_grad() if self.protocol.get("candidate_no_grad", True) else torch.enable_grad()
+        with grad, _Forbid(bool(self.protocol.get("forbid_functional"))):
+            return self.model(*args)
+
+    def run_trial(self, idx: int, *, args: list[Any] | None = None, where: str = "correctness") -> bool:
+        """Run the candidate on input set ``idx`` (or given ``args``), write the output, report it."""
+        inputs = self.load_set(idx) if args is None else args
+        clone = bool(self.protocol.get("clone_inputs", True))
+        pristine = [x.clone() if _isinstance(x, torch.Tensor) else x for x in inputs]
+        call_args = [x.clone() if (clone and _isinstance(x, torch.Tensor)) else x for x in inputs] \
+            if args is None else inputs
+        self.poison(int(self.job.get("out_nbytes", 0)) * 2)
+        calls0 = sum(self.record.calls.values())
+        tl0 = self.launches.triton
+        t0 = time.perf_counter()
+        out = self.call(call_args)
+        self.sync()
+        dt = time.perf_counter() - t0
+        outs = _flatten(out)
+        descs: list[Any] = []
+        for j, o in enumerate(outs):
+            if _isinstance(o, torch.Tensor):
+                if _type(o) is not _Tensor:
+                    self.findings.append(_finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
+                                                  f"output {j} is a {_type(o).__name__}, not a plain torch.Tensor"))
+                    o = o.as_subclass(_Tensor)
+                if o.layout != torch.strided or o.is_sparse or o.device.type == "meta":
+                    self.findings.append(_finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
+                                                  f"output {j} has layout {o.layout} on {o.device}"))
+                if o.device.type != self.device.type:
+                    self.findings.append(_finding("runtime.device", "warn", "device",
+                                                  f"output {j} is on {o.device}, inputs on {self.device}"))
+                if o.requires_grad:
+                    o = o.detach()
+                # deferred work: does the output change after forward returned and the device is idle?
+                snap = o.clone()
+                time.sleep(0.02)
+                self.sync()
+                if not _equal(snap, o) and not (snap.is_floating_point() and
+                                                _equal(snap.isnan(), o.isnan()) and
+                                                _equal(snap.nan_to_num(), o.nan_to_num())):
+                    self.findings.append(_finding("runtime.deferred-work", "cheat", "deferred-work",
+                                                  f"output {j} changed after forward returned ({where})"))
+                descs.append(write_tensor(o, self.dir / "outputs" / f"out_{where}_{idx}_{j}.bin"))
+            elif o is None or _isinstance(o, (int, float, bool)):
+                descs.append({"value": o})
+            else:
+                descs.append({"unsupported": _type(o).__name__})
+        # inputs unchanged?
+        if args is None:
+            for j, (a, b) in enumerate(zip(call_args, pristine)):
+                if _isinstance(a, torch.Tensor) and not (_equal(a, b) or (a.is_floating_point() and
+                                                                         _equal(a.nan_to_num(), b.nan_to_num()))):
+                    self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
+                                                  f"forward wrote into input {j} ({where}, set {idx})"))
+            for j, (a, b) in enumerate(zip(inputs, pristine)):
+                if clone and _isinstance(a, torch.Tensor) and not _equal(a, b):
+                    self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
+                                                  f"input {j} changed although the candidate got a clone"))
+        self.check_integrity(f"after {where} call on set {idx}")
+        launches = {"extension_calls": sum(self.record.calls.values()) - calls0,
+                    "triton_launches": self.launches.triton - tl0}
+        self.send({"event": "output", "set": idx, "where": where, "descs": descs, "launches": launches,
+                   "seconds": round(dt, 4)})
+        return True
+
+    def profile_kernels(self, idx: int) -> dict[str, Any]:
+        """Names of device kernels launched by one forward call (CUDA profiler), for the launch check."""
+        if self.device.type != "cuda":
+            return {}
+        try:
+            from torch.autograd import DeviceType
+            from torch.profiler import ProfilerActivity, profile
+
+            args = self.load_set(idx)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                self.call([a.clone() if _isinstance(a, torch.Tensor) else a for a in args])
+                self.sync()
+            names: dict[str, int] = {}
+            streams: set[int] = set()
+            for ev in prof.events():
+                if ev.device_type == DeviceType.CUDA:
+                    names[ev.name] = names.get(ev.name, 0) + 1
+                    s = getattr(ev, "stream", None) or getattr(getattr(ev, "kernel", None), "stream", None)
+                    if isinstance(s, int):
+                        streams.add(s)
+            return {"kernels": names, "streams": sorted(streams)}
+        except Exception as e:  # profiler unavailable: the trusted side falls back to call counts
+            return {"error": f"{type(e).__name__}: {e}"}
+
+    def time_it(self) -> None:
+        # private copies: the in-place recheck later overwrites them with fresh values
+        sets = [[x.clone() if _isinstance(x, torch.Tensor) else x for x in self.load_set(i)]
+                for i in self.job["timing_sets"]]
+        k = len(sets)
+        settings = _timing.TimerSettings(**self.job["timer"])
+        model = self.model
+
+        nograd = bool(self.protocol.get("candidate_no_grad", True))
+
+        def fn(i: int) -> Any:
+            if nograd:
+                with torch.no_grad():
+                    return model(*sets[i % k])
+            return model(*sets[i % k])
+
+        t0 = time.perf_counter()
+        with _Forbid(bool(self.protocol.get("forbid_functional"))):
+            stats, info = _timing.time_callable(fn, self.device, settings)
+        self.phase_s["time"] = time.perf_counter() - t0
+        self.timing_buffers = sets
+        self.check_integrity("after timing")
+        self.send({"event": "timing", "stats": stats.to_dict(), "info": info})
+
+    def recheck(self, idx: int, inplace: bool) -> None:
+        """Fresh values; with ``inplace`` they are copied into the buffers used during timing, so a
+        result cache keyed on pointers or tensor identity returns stale output (EXPLOITS K-16)."""
+        fresh = self.load_set(idx)
+        if inplace and getattr(self, "timing_buffers", None):
+            bufs = self.timing_buffers[0]
+            for b, f in zip(bufs, fresh):
+                if _isinstance(b, torch.Tensor) and _isinstance(f, torch.Tensor) and b.shape == f.shape:
+                    b.copy_(f)
+            self.run_trial(idx, args=list(bufs), where="recheck_inplace")
+        else:
+            self.run_trial(idx, where="recheck")
+
+
+def run_job(chan: Channel, job: dict[str, Any]) -> int:
+    """Run one job (mode ``build`` or ``eval``) over ``chan``; returns the process exit code."""
+    j = _Job(chan, job)
+    try:
+        mod = j.build()
+        if mod is None or job.get("mode") == "build":
+            return 0
+        j.construct(mod)
+        j.send({"event": "constructed", "weights": j.weights_info, "phase_s": j.phase_s})
+        for idx in range(int(job["n_correct"])):
+            j.run_trial(idx)
+            cmd = chan.recv()
+            if cmd.get("cmd") != "next":
+                break
+        while True:
+            cmd = chan.recv()
+            c = cmd.get("cmd")
+            if c == "profile":
+                j.send({"event": "profile", "profile": j.profile_kernels(int(cmd.get("set", 0)))})
+            elif c == "time":
+                j.time_it()
+            elif c == "recheck":
+                j.recheck(int(cmd["set"]), bool(cmd.get("inplace", False)))
+            elif c == "finish":
+                j.check_integrity("at the end")
+                j.send({"event": "done", "phase_s": j.phase_s, "build": j.record.to_dict(),
+                        "triton": dict(j.launches.names)})
+                return 0
+            else:
+                return 0
+    except BaseException as e:  # candidate failure at run time: report and exit
+        try:
+            j.send({"event": "error", "kind": _classify_exception(e), "error": _tail(traceback.format_exc())})
+        except Exception:
+            pass
+        return 1
+
+
+def child_main(sock_fd: int, job: dict[str, Any], sandbox: dict[str, Any] | None = None) -> int:
+    """Entry point inside a forked or spawned candidate process.
+
+    Args:
+        sock_fd: connected socket to the trusted device worker.
+        job: the job description (see :class:`~.device.DeviceEvaluator`).
+        sandbox: :class:`~.sandbox.SandboxConfig` fields, applied before anything else.
+    """
+    from .sandbox import SandboxConfig, apply_sandbox
+
+    sock = socket.socket(fileno=sock_fd)
+    chan = Channel(sock)
+    applied: dict[str, str] = {}
+    if sandbox:
+        applied = apply_sandbox(SandboxConfig(**sandbox))
+    log_path = Path(job["job_dir"]) / "child.log"
+    fd = os.open(str(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.chdir(job["job_dir"])
+    chan.send({"event": "hello", "pid": os.getpid(), "sandbox": applied})
+    return run_job(chan, job)
+
+
+def _spawn_entry() -> None:
+    """``python -m kernelbench_harness.execution.worker FD``: the spawn (non-zygote) start method."""
+    import json
+
+    fd = int(sys.argv[1])
+    sock = socket.socket(fileno=os.dup(fd))
+    ch = Channel(sock)
+    msg = ch.recv()
+    ch.close()
+    code = child_main(fd, msg["job"], msg.get("sandbox"))
+    sys.stdout.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    _spawn_entry()

@@ -1,0 +1,117 @@
+"""Hardware and software fingerprint stored with every timing.
+
+``hardware_fingerprint`` identifies the device model (GPU name, memory, SM count, or CPU model);
+``software_fingerprint`` the stack that produced a number (driver, CUDA, torch, triton, Python).
+Baselines are reused only when both match exactly. Clocks are read with ``nvidia-smi`` at the start
+and the end of a run (informational: they are not part of either fingerprint).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from typing import Any
+
+__all__ = ["collect_fingerprint", "read_gpu_clocks", "hardware_fingerprint", "software_fingerprint"]
+
+
+def _smi(query: str, index: int | None = None) -> list[str]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    cmd = [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"]
+    if index is not None:
+        cmd.insert(1, f"--id={index}")
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [ln.strip() for ln in out.splitlines() if ln.strip()]
+
+
+def read_gpu_clocks(index: int | None = None) -> list[dict[str, str]]:
+    """SM and memory clocks (MHz), temperature and power per GPU from nvidia-smi ([] without it)."""
+    rows = _smi("index,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,pstate", index)
+    keys = ("index", "sm_mhz", "mem_mhz", "max_sm_mhz", "temp_c", "power_w", "pstate")
+    return [dict(zip(keys, (c.strip() for c in r.split(",")))) for r in rows]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _hash(d: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def hardware_fingerprint(fp: dict[str, Any]) -> str:
+    """Hash of the device-identifying fields of a fingerprint dict."""
+    return _hash({k: fp.get(k) for k in ("device_type", "device_name", "device_memory_bytes", "sm_count",
+                                          "compute_capability", "cpu_model")})
+
+
+def software_fingerprint(fp: dict[str, Any]) -> str:
+    """Hash of the software stack fields of a fingerprint dict."""
+    return _hash({k: fp.get(k) for k in ("driver", "cuda", "torch", "triton", "python")})
+
+
+def collect_fingerprint(device: str = "cpu") -> dict[str, Any]:
+    """Everything known about the device and stack (call in the process that owns ``device``).
+
+    Returns:
+        A JSON-ready dict: ``device_type``, ``device_name``, ``device_count``, ``device_memory_bytes``,
+        ``sm_count``, ``compute_capability``, ``l2_bytes``, ``driver``, ``cuda``, ``torch``, ``triton``,
+        ``python``, ``host``, ``cpu_model``, ``cpu_count``, ``clocks`` (nvidia-smi), and the two hashes
+        ``hardware_fingerprint`` and ``software_fingerprint``.
+    """
+    import torch
+
+    fp: dict[str, Any] = {
+        "device": device,
+        "device_type": "cuda" if device.startswith("cuda") else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    try:
+        import triton
+
+        fp["triton"] = triton.__version__
+    except Exception:
+        fp["triton"] = None
+    if fp["device_type"] == "cuda":
+        dev = torch.device(device)
+        props = torch.cuda.get_device_properties(dev)
+        fp.update({
+            "device_name": props.name,
+            "device_count": torch.cuda.device_count(),
+            "device_memory_bytes": int(props.total_memory),
+            "sm_count": int(props.multi_processor_count),
+            "compute_capability": f"{props.major}.{props.minor}",
+            "l2_bytes": int(getattr(props, "L2_cache_size", 0) or 0),
+        })
+        drv = _smi("driver_version")
+        fp["driver"] = drv[0] if drv else None
+        fp["clocks"] = read_gpu_clocks()
+    else:
+        fp.update({"device_name": fp["cpu_model"], "device_count": 1, "device_memory_bytes": None,
+                   "sm_count": None, "compute_capability": None, "l2_bytes": None, "driver": None, "clocks": []})
+    fp["hardware_fingerprint"] = hardware_fingerprint(fp)
+    fp["software_fingerprint"] = software_fingerprint(fp)
+    return fp
