@@ -1,9 +1,265 @@
-"""Placeholder: commands registered by this module are being written."""
+"""``kbench run`` and ``kbench baseline``."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import time
+from typing import Any
+
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, \
+    TimeRemainingColumn
+from rich.table import Table
+
+from ..problems import load_problems
+from ..protocols import COMPILE_MODES, PRECISIONS, PROTOCOL_NAMES, get_protocol
+from ..runner import PHASES, RunConfig, RunSummary, execute_run, measure_baselines_for
+from .common import db_option, ids_option, level_option, parse_kv, parse_levels, problems_option
+
+__all__ = ["register"]
+
+
+class RichProgress:
+    """One progress bar per phase (generate, build, verify, time) with counts, rate and ETA."""
+
+    def __init__(self, console: Console) -> None:
+        self.p = Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("eta"),
+                          TimeRemainingColumn(), console=console, transient=False)
+        self.tasks: dict[str, TaskID] = {}
+        self.t0 = time.perf_counter()
+
+    def __enter__(self) -> "RichProgress":
+        self.p.__enter__()
+        for ph in PHASES:
+            self.tasks[ph] = self.p.add_task(ph, total=0, rate="")
+        return self
+
+    def __exit__(self, *a: Any) -> None:
+        self.p.__exit__(*a)
+
+    def total(self, phase: str, n: int) -> None:
+        t = self.tasks[phase]
+        cur = self.p.tasks[t].total or 0
+        self.p.update(t, total=cur + n)
+
+    def advance(self, phase: str, n: int = 1) -> None:
+        t = self.tasks[phase]
+        self.p.advance(t, n)
+        done = self.p.tasks[t].completed
+        el = max(1e-9, time.perf_counter() - self.t0)
+        self.p.update(t, rate=f"{done / el * 60:.1f}/min")
+
+    def note(self, message: str) -> None:
+        self.p.console.print(message)
+
+
+class PlainProgress:
+    """Log lines for CI and pipes: one line per phase change, at most every ``every_s`` seconds."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.totals = {p: 0 for p in PHASES}
+        self.done = {p: 0 for p in PHASES}
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+        self.every_s = every_s
+
+    def __enter__(self) -> "PlainProgress":
+        return self
+
+    def __exit__(self, *a: Any) -> None:
+        self._line(force=True)
+
+    def total(self, phase: str, n: int) -> None:
+        self.totals[phase] += n
+
+    def advance(self, phase: str, n: int = 1) -> None:
+        self.done[phase] += n
+        self._line()
+
+    def note(self, message: str) -> None:
+        click.echo(message)
+
+    def _line(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if not force and now - self.last < self.every_s:
+            return
+        self.last = now
+        el = now - self.t0
+        parts = []
+        for p in PHASES:
+            d, t = self.done[p], self.totals[p]
+            rate = d / el * 60 if el > 0 else 0.0
+            eta = f" eta {((t - d) / (d / el)):.0f}s" if d and t > d else ""
+            parts.append(f"{p} {d}/{t} ({rate:.1f}/min{eta})")
+        click.echo(f"[{el:7.1f}s] " + " | ".join(parts))
+
+
+def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
+    from ..metrics import summarize_run
+    from ..store import Store
+
+    st = Store(db)
+    try:
+        frame = st.results_frame(s.run_name)
+        problems = st.run_problems(s.run_name)
+        groups = summarize_run(frame, problems, n_resamples=0)
+    finally:
+        st.close()
+
+    def pct(e: Any) -> str:
+        return "-" if e.value is None else f"{100 * e.value:.0f}%"
+
+    def x(e: Any) -> str:
+        return "-" if e.value is None else f"{e.value:.2f}x"
+
+    t = Table(title=f"run {s.run_name}")
+    for c in ("model", "group", "problems", "correct", "> eager", "> compile", "geomean vs eager*",
+              "geomean vs compile*", "fast_1 compile"):
+        t.add_column(c, justify="right" if c not in ("model", "group") else "left")
+    for g in groups:
+        t.add_row(g.model, g.group, str(g.problems), pct(g.correct_rate), pct(g.faster_eager_rate),
+                  pct(g.faster_compile_rate), x(g.geomean_speedup_eager), x(g.geomean_speedup_compile),
+                  pct(g.fast_p_compile.get("1", g.faster_compile_rate)))
+    console.print(t)
+    console.print("* geometric mean over correct candidates (KernelBench's definition)")
+    outs = ", ".join(f"{k}: {v}" for k, v in sorted(s.outcomes.items()))
+    console.print(f"outcomes this session: {outs or 'none'}; {s.skipped_done} sample(s) were already done")
+    console.print(f"wall time {s.wall_s:.1f} s; store {s.db_url}")
+    if s.build_stats:
+        b = s.build_stats
+        console.print(f"builds: {b.get('built', 0)} compiled, {b.get('cached', 0)} from cache, "
+                      f"{b.get('compile_error', 0)} compile errors, {b.get('compile_s', 0.0):.0f} s compiling")
+    for iss in s.problem_issues:
+        console.print(f"[yellow]skipped problem[/] {iss}")
+
+
+@click.command("run")
+@click.option("-m", "--model", default="bundled", show_default=True,
+              help="Model: bundled (our example solutions), replay:PATH.jsonl, cuda-agent (local vLLM/SGLang), "
+                   "claude, gemini, gpt, or provider/model such as openai/gpt-5. See `kbench models list`.")
+@problems_option
+@level_option
+@ids_option
+@click.option("--samples", default=1, show_default=True, type=click.IntRange(1, 10_000),
+              help="Independent samples per problem (pass@k counts them).")
+@click.option("--turns", default=1, show_default=True, type=click.IntRange(1, 1000),
+              help="Refinement turns per sample (feedback: compile errors, correctness, speedups).")
+@click.option("--backend", default="cuda", show_default=True, type=click.Choice(["cuda", "triton"]),
+              help="What the prompt asks the model to write.")
+@click.option("-M", "model_args", multiple=True, metavar="KEY=VALUE",
+              help="Model arguments passed to the provider, e.g. -M temperature=0.2 -M max_tokens=8192.")
+@click.option("-O", "--option", "adapter_options", multiple=True, metavar="KEY=VALUE",
+              help="Adapter options, e.g. -O base_url=http://host:8000/v1 -O variant=triton.")
+@click.option("--protocol", default="kbench", show_default=True, type=click.Choice(PROTOCOL_NAMES),
+              help="Evaluation protocol (see `kbench protocols show`).")
+@click.option("--precision", default="fp32", show_default=True, type=click.Choice(PRECISIONS))
+@click.option("--compile-modes", default=None, metavar="MODES",
+              help=f"Extra torch.compile baseline modes, comma-separated ({', '.join(COMPILE_MODES)}).")
+@db_option
+@click.option("--gpus", default=None, metavar="LIST",
+              help="Device slots: GPU indices like 0,1 (default: every visible GPU, else the CPU), or cpu.")
+@click.option("--run-name", default=None, help="Name of the run in the store (default: generated).")
+@click.option("--resume", is_flag=True, help="Continue the run named by --run-name where it stopped.")
+@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=float,
+              help="Seconds a candidate may run (after its build).")
+@click.option("--build-timeout", "build_timeout_s", default=900.0, show_default=True, type=float,
+              help="Seconds a candidate's build may take.")
+@click.option("--build-workers", default=None, type=click.IntRange(1, 256),
+              help="Concurrent candidate builds (default: CPUs - 1, at most 16).")
+@click.option("--seed", default=None, type=int, help="Run seed (default: secret and random, stored with the run).")
+@click.option("--executor", default="local", show_default=True, type=click.Choice(["local", "ray"]))
+@click.option("--ray-address", default=None, help="Ray cluster address for --executor ray (default: start one).")
+@click.option("--start-method", default="zygote", show_default=True, type=click.Choice(["zygote", "spawn"]),
+              help="How candidate processes start: a fork server (fast) or a fresh interpreter each.")
+@click.option("--no-sandbox", is_flag=True, help="Do not confine candidate processes (debugging only).")
+@click.option("--display", default="auto", show_default=True, type=click.Choice(["auto", "rich", "plain"]),
+              help="Progress display; plain writes log lines (CI, pipes).")
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="Render the HTML report under reports/<run_name>/ at the end.")
+def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None, samples: int, turns: int,
+            backend: str, model_args: tuple[str, ...], adapter_options: tuple[str, ...], protocol: str,
+            precision: str, compile_modes: str | None, db: str | None, gpus: str | None, run_name: str | None,
+            resume: bool, timeout_s: float, build_timeout_s: float, build_workers: int | None, seed: int | None,
+            executor: str, ray_address: str | None, start_method: str, no_sandbox: bool, display: str,
+            report: bool) -> None:
+    """Generate (or replay) kernels, evaluate them against PyTorch eager and torch.compile, store everything.
+
+    \b
+    Examples:
+      kbench run                                        # bundled suite, our solutions, any machine
+      kbench run -m replay:gens.jsonl --problems ../KernelBench/KernelBench --level 1
+      kbench run -m cuda-agent --problems ../KernelBench/KernelBench --level 1-3 --turns 4
+      kbench run --run-name my-run --resume             # continue after an interruption
+    """
+    overrides: dict[str, Any] = {}
+    if compile_modes:
+        modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
+        overrides["baseline_modes"] = modes
+    get_protocol(protocol, precision, **overrides)  # validate early
+    if resume and not run_name:
+        raise click.UsageError("--resume needs --run-name (see `kbench runs list`)")
+    cfg = RunConfig(model=model, run_name=run_name, problems=problems, levels=parse_levels(level), ids=ids,
+                    samples=samples, turns=turns, backend=backend, params=parse_kv(model_args, "-M value"),
+                    model_options=parse_kv(adapter_options, "-O value"), protocol=protocol, precision=precision,
+                    protocol_overrides=overrides, db=db, gpus=gpus, timeout_s=timeout_s,
+                    build_timeout_s=build_timeout_s, build_workers=build_workers, start_method=start_method,
+                    sandbox=not no_sandbox, executor=executor, ray_address=ray_address, seed=seed)
+    console = Console(stderr=False)
+    plain = display == "plain" or (display == "auto" and not sys.stdout.isatty())
+    prog: Any = PlainProgress() if plain else RichProgress(console)
+    with prog:
+        summary = asyncio.run(execute_run(cfg, progress=prog, resume=resume))
+    _print_summary(console, summary, db)
+    if report:
+        try:
+            from ..reporting import render_run_report
+
+            path = render_run_report(summary.run_name, db=db)
+            console.print(f"report: {path}")
+        except ImportError:
+            console.print("[yellow]report rendering is not available in this install[/]")
+
+
+@click.command("baseline")
+@problems_option
+@level_option
+@ids_option
+@click.option("--protocol", default="kbench", show_default=True, type=click.Choice(PROTOCOL_NAMES))
+@click.option("--precision", default="fp32", show_default=True, type=click.Choice(PRECISIONS))
+@click.option("--compile-modes", default="default", show_default=True, metavar="MODES",
+              help=f"torch.compile modes to measure, comma-separated ({', '.join(COMPILE_MODES)}).")
+@click.option("--force", is_flag=True, help="Measure again even when the store has a matching baseline.")
+@db_option
+@click.option("--gpus", default=None, metavar="LIST", help="Device slots (as for `kbench run`).")
+def baseline_cmd(problems: str | None, level: str | None, ids: str | None, protocol: str, precision: str,
+                 compile_modes: str, force: bool, db: str | None, gpus: str | None) -> None:
+    """Measure eager and torch.compile baselines ahead of runs, on this machine, and cache them in the store.
+
+    A run reuses a stored baseline only when the problem source, hardware, software versions,
+    protocol timing settings and precision all match exactly.
+    """
+    modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
+    proto = get_protocol(protocol, precision, baseline_modes=modes)
+    ps = load_problems(problems, levels=parse_levels(level), ids=ids)
+    console = Console()
+    with PlainProgress() as prog:
+        rows = asyncio.run(measure_baselines_for(list(ps.problems), protocol=proto, db=db, gpus=gpus,
+                                                 modes=["eager", *[f"compile:{m}" for m in modes]],
+                                                 progress=prog, force=force))
+    t = Table(title=f"baselines ({protocol}, {precision})")
+    for c in ("level", "id", "name", "mode", "ms", "cached", "error"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(str(r["level"]), str(r["problem_id"]), r["name"], r["mode"],
+                  "-" if r["value_ms"] is None else f"{r['value_ms']:.4g}", "yes" if r["cached"] else "",
+                  (r["error"] or "")[:60])
+    console.print(t)
 
 
 def register(group: click.Group) -> None:
-    """Add this module's commands to the ``kbench`` group."""
+    """Add ``run`` and ``baseline`` to the ``kbench`` group."""
+    group.add_command(run_cmd)
+    group.add_command(baseline_cmd)

@@ -1,0 +1,467 @@
+"""A run, end to end: problems -> model -> candidates -> build -> evaluate -> store.
+
+:func:`execute_run` resolves a :class:`RunConfig` once (stored with the run), then drives every
+sample through the agent loop concurrently: model calls (capped per adapter), builds (a CPU pool
+with a content-addressed cache) and evaluations (one candidate per device slot at a time) overlap.
+Every turn is written to the store in its own transaction as soon as it is judged, so a killed run
+loses at most the candidates in flight, and ``resume=True`` continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol as TypingProtocol
+
+from .adapters.base import ModelAdapter, SampleSpec
+from .core import Candidate, EvalResult, Finding, Outcome, Problem, Severity, TimingStats
+from .errors import ConfigError, StoreError
+from .execution.device import EvalJob
+from .execution.guards import static_findings
+from .problems import ProblemSet, load_problems
+from .protocols import Protocol, get_protocol
+
+__all__ = ["RunConfig", "RunSummary", "Progress", "execute_run", "default_run_name", "measure_baselines_for",
+           "baseline_modes"]
+
+log = logging.getLogger(__name__)
+
+PHASES = ("generate", "build", "verify", "time")
+
+
+class Progress(TypingProtocol):
+    """What the runner reports while it works (the CLI draws it; the default does nothing)."""
+
+    def total(self, phase: str, n: int) -> None: ...
+
+    def advance(self, phase: str, n: int = 1) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+class _NullProgress:
+    def total(self, phase: str, n: int) -> None:
+        pass
+
+    def advance(self, phase: str, n: int = 1) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        log.info("%s", message)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run, resolved once and stored with it.
+
+    Attributes:
+        model: adapter spec (``bundled``, ``replay:PATH``, ``cuda-agent``, ``openai/gpt-5`` ...).
+        run_name: unique name in the store (generated when None).
+        problems: problem source (None = bundled suite; a KernelBench folder; ``hf:...``).
+        levels: levels to keep (None = all); ids: id spec like ``"1-10,15"``.
+        samples: independent samples per problem (LLM adapters); turns: refinement turns per sample.
+        backend: what the prompt asks for (``cuda`` or ``triton``).
+        params: model arguments (``-M``); model_options: adapter options (base_url, variant...).
+        protocol, precision, protocol_overrides: see :mod:`.protocols`.
+        db: store URL (None = ``sqlite:///results/kbench.db``).
+        gpus: device slots (None = every GPU, else CPU; ``"0,1"``; ``"cpu"``).
+        timeout_s: run-time limit per candidate (s); build_timeout_s: build limit (s).
+        build_workers: concurrent builds (None = min(16, CPUs)); build_cache: the extension cache folder.
+        start_method: ``zygote`` or ``spawn``; sandbox: confine candidate processes.
+        executor: ``local`` or ``ray``; ray_address: for ``ray``.
+        seed: the run seed (None = secret random; stored with the run).
+        concurrency: samples in flight (None = adapter cap + 2 per slot).
+    """
+
+    model: str = "bundled"
+    run_name: str | None = None
+    problems: str | None = None
+    levels: tuple[int, ...] | None = None
+    ids: str | None = None
+    samples: int = 1
+    turns: int = 1
+    backend: str = "cuda"
+    params: dict[str, Any] = field(default_factory=dict)
+    model_options: dict[str, Any] = field(default_factory=dict)
+    protocol: str = "kbench"
+    precision: str = "fp32"
+    protocol_overrides: dict[str, Any] = field(default_factory=dict)
+    db: str | None = None
+    gpus: str | None = None
+    timeout_s: float = 300.0
+    build_timeout_s: float = 900.0
+    build_workers: int | None = None
+    build_cache: str | None = None
+    start_method: str = "zygote"
+    sandbox: bool = True
+    executor: str = "local"
+    ray_address: str | None = None
+    seed: int | None = None
+    concurrency: int | None = None
+
+    def resolved_protocol(self) -> Protocol:
+        return get_protocol(self.protocol, self.precision, **self.protocol_overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["levels"] = list(self.levels) if self.levels else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
+        if kw.get("levels"):
+            kw["levels"] = tuple(kw["levels"])
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a finished (or interrupted) run did."""
+
+    run_name: str
+    db_url: str
+    outcomes: dict[str, int]
+    evaluated: int
+    skipped_done: int
+    wall_s: float
+    phase_s: dict[str, float]
+    problem_issues: tuple[str, ...] = ()
+    status: str = "finished"
+    build_stats: dict[str, Any] = field(default_factory=dict)
+
+
+def default_run_name(model: str, protocol: str) -> str:
+    """``<model-slug>-<protocol>-<UTC timestamp>``, e.g. ``replay-generations-kbench-20261129-153012``."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", model.replace("replay:", "replay-").split("/")[-1]).strip("-").lower()
+    if model.startswith("replay:"):
+        slug = "replay-" + re.sub(r"[^A-Za-z0-9]+", "-", Path(model[7:]).stem).strip("-").lower()
+    ts = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{slug or 'model'}-{protocol}-{ts}"
+
+
+def baseline_modes(protocol: Protocol) -> list[str]:
+    """Baseline mode names measured for a run: eager plus every torch.compile mode of the protocol."""
+    modes = ["eager", f"compile:{protocol.compile_mode}"]
+    for m in protocol.baseline_modes:
+        if f"compile:{m}" not in modes:
+            modes.append(f"compile:{m}")
+    return modes
+
+
+def _make_executor(cfg: RunConfig, build_cache: Path) -> Any:
+    opts = {"build_cache": str(build_cache), "start_method": cfg.start_method, "sandbox": cfg.sandbox,
+            "log_level": logging.getLogger().level}
+    if cfg.executor == "ray":
+        from .executors.ray import RayExecutor
+
+        return RayExecutor(address=cfg.ray_address, gpus=cfg.gpus, options=opts)
+    if cfg.executor != "local":
+        raise ConfigError(f"unknown executor {cfg.executor!r}", fix="use --executor local or --executor ray")
+    from .executors.local import LocalExecutor, resolve_devices
+
+    return LocalExecutor(resolve_devices(cfg.gpus), opts)
+
+
+class _Baselines:
+    """Store-backed baseline cache keyed by (problem hash, hardware, software, protocol timing, precision, mode)."""
+
+    def __init__(self, store: Any, fingerprint: dict[str, Any], protocol: Protocol) -> None:
+        self.store = store
+        self.fp = fingerprint
+        self.protocol = protocol
+
+    def key(self, problem: Problem, mode: str) -> dict[str, str]:
+        return {"problem_sha256": problem.code_sha256, "hardware_fingerprint": self.fp["hardware_fingerprint"],
+                "software_fingerprint": self.fp["software_fingerprint"],
+                "protocol_fingerprint": self.protocol.timing_fingerprint(), "precision": self.protocol.precision,
+                "mode": mode}
+
+    def known(self, problem: Problem, modes: list[str]) -> dict[str, TimingStats]:
+        out: dict[str, TimingStats] = {}
+        for m in modes:
+            rec = self.store.find_baseline(**self.key(problem, m))
+            if rec is not None and rec.measured_here:
+                out[m] = rec.stats
+        return out
+
+    def put(self, problem: Problem, stats: dict[str, TimingStats], info: dict[str, Any] | None = None) -> None:
+        for mode, st in stats.items():
+            k = self.key(problem, mode)
+            if self.store.find_baseline(**k) is not None:
+                continue
+            hw = dict(self.fp)
+            if info and info.get(mode):
+                hw["measurement"] = info[mode]
+            try:
+                self.store.put_baseline(problem=problem, hardware_fingerprint=k["hardware_fingerprint"],
+                                        software_fingerprint=k["software_fingerprint"],
+                                        protocol_fingerprint=k["protocol_fingerprint"], precision=k["precision"],
+                                        mode=mode, stats=st, hardware=hw, measured_here=True, source="measured")
+            except Exception as e:  # a concurrent writer stored it first
+                log.debug("baseline %s %s not stored: %s", problem.key, mode, e)
+
+
+def _cheat_override(res: EvalResult, source: str) -> EvalResult:
+    findings = list(res.findings) or static_findings(source)
+    cheats = [f for f in findings if f.severity is Severity.CHEAT]
+    if cheats and res.outcome is not Outcome.CHEAT:
+        return res.with_(outcome=Outcome.CHEAT, tag=cheats[0].tag, findings=tuple(findings),
+                         extra={**res.extra, "underlying_outcome": str(res.outcome)})
+    return res.with_(findings=tuple(findings))
+
+
+async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
+                      problem_set: ProblemSet | None = None, adapter: ModelAdapter | None = None,
+                      resume: bool = False) -> RunSummary:
+    """Run (or resume) an evaluation.
+
+    Args:
+        cfg: the run's settings. With ``resume=True`` and an existing ``cfg.run_name``, the stored
+            settings are used instead (the CLI warns about differences).
+        progress: receives per-phase totals and advances.
+        problem_set, adapter: pre-built objects (tests); otherwise built from ``cfg``.
+        resume: continue an existing run instead of refusing its name.
+
+    Returns:
+        A :class:`RunSummary`.
+
+    Raises:
+        StoreError: the run name exists and ``resume`` is False, or does not exist and ``resume`` is True.
+        PrerequisiteError: the adapter cannot work (key, extra, server) or no device.
+        ConfigError: bad settings.
+    """
+    from .adapters.registry import get_adapter
+    from .agent import TurnRecord, run_sample
+    from .execution.builder import BuildPool, needs_build
+    from .store import Store
+
+    prog: Progress = progress or _NullProgress()
+    t_run = time.perf_counter()
+    store = Store(cfg.db)
+    stored = store.get_run(cfg.run_name) if cfg.run_name else None
+    if stored is not None and not resume:
+        raise StoreError(f"a run named {cfg.run_name!r} already exists in {store.safe_url}",
+                         fix="pass --resume to continue it, or choose another --run-name")
+    if stored is None and resume:
+        raise StoreError(f"no run named {cfg.run_name!r} to resume in {store.safe_url}",
+                         fix="check `kbench runs list`, or drop --resume to start a new run")
+    if stored is not None:
+        saved = RunConfig.from_dict(stored.config.get("run_config", {}))
+        # the stored settings win; device, db and process settings may change between sessions
+        cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, start_method=cfg.start_method,
+                                  build_workers=cfg.build_workers, executor=cfg.executor,
+                                  ray_address=cfg.ray_address, concurrency=cfg.concurrency,
+                                  build_cache=cfg.build_cache or saved.build_cache)
+    run_name = cfg.run_name or default_run_name(cfg.model, cfg.protocol)
+    protocol = cfg.resolved_protocol()
+    seed = cfg.seed if cfg.seed is not None else (int(stored.config.get("run_seed")) if stored else secrets.randbits(31))
+    cfg = dataclasses.replace(cfg, run_name=run_name, seed=seed)
+
+    ps = problem_set or load_problems(cfg.problems, levels=cfg.levels, ids=cfg.ids)
+    if not ps.problems:
+        raise ConfigError(f"no problems selected from {ps.source}",
+                          fix="check --problems, --level and --ids (`kbench problems list` shows what loads)")
+    if stored is not None:
+        scope = {p.code_sha256 for p in store.run_problems(run_name)}
+        problems = [p for p in ps.problems if p.code_sha256 in scope]
+        if len(problems) < len(scope):
+            prog.note(f"{len(scope) - len(problems)} problem(s) of the stored run are no longer in the source")
+    else:
+        problems = list(ps.problems)
+    ad = adapter or get_adapter(cfg.model, options=cfg.model_options)
+    ad.check_ready()
+
+    build_cache = Path(cfg.build_cache or os.environ.get("KBENCH_BUILD_CACHE") or "results/build_cache").resolve()
+    build_cache.mkdir(parents=True, exist_ok=True)
+    executor = _make_executor(cfg, build_cache)
+    pool: BuildPool | None = None
+    status = "interrupted"
+    try:
+        fp = executor.fingerprint()
+        if stored is None:
+            store.create_run(run_name, model=cfg.model, protocol=protocol.to_dict(),
+                             config={"run_config": cfg.to_dict(), "run_seed": seed, "problems_source": ps.source,
+                                     "problem_issues": [f"{i.path}: {i.reason}" for i in ps.issues]},
+                             hardware=fp, problems=problems)
+        else:
+            store.set_run_status(run_name, "running")
+        baselines = _Baselines(store, fp, protocol)
+        modes = baseline_modes(protocol)
+        arch = fp.get("compute_capability")
+        ncpu = os.cpu_count() or 1
+        pool = BuildPool(build_cache / "so", workers=cfg.build_workers or min(16, max(1, ncpu - 1)),
+                         arch_list=arch, timeout_s=cfg.build_timeout_s, start_method=cfg.start_method,
+                         sandbox=cfg.sandbox)
+        specs = ad.plan(problems, cfg.samples)
+        done = store.done_attempts(run_name)
+        total_turns = cfg.turns if ad.is_llm else 1
+        todo: list[tuple[SampleSpec, int]] = []
+        skipped = 0
+        for spec in specs:
+            p = spec.problem
+            turns_done = sorted(t for (lv, pid, m, s, t) in done
+                                if lv == p.level and pid == p.problem_id and m == spec.model and s == spec.sample_id)
+            if len(turns_done) >= total_turns:
+                skipped += 1
+                continue
+            if turns_done:
+                last = store.attempts_for_sample(run_name, p.level, p.problem_id, spec.model, spec.sample_id)
+                if last and last[-1].result.outcome is Outcome.GENERATION_ERROR:
+                    pass  # retry the failed request on resume
+            todo.append((spec, len(turns_done)))
+        if skipped:
+            prog.note(f"resuming {run_name}: {skipped} sample(s) already complete")
+        prog.total("generate", len(todo) * total_turns if ad.is_llm else len(todo))
+        prog.total("build", 0)
+        prog.total("verify", len(todo) * total_turns)
+        prog.total("time", 0)
+
+        outcomes: dict[str, int] = {}
+        phase_s = {k: 0.0 for k in ("generate", "build", "evaluate")}
+        n_eval = 0
+
+        async def evaluate(c: Candidate) -> EvalResult:
+            nonlocal n_eval
+            problem = by_key[(c.level, c.problem_id)]
+            if needs_build(c.source):
+                prog.total("build", 1)
+                t0 = time.perf_counter()
+                bo = await pool.build(c)  # type: ignore[union-attr]
+                phase_s["build"] += time.perf_counter() - t0
+                prog.advance("build")
+                if bo.status in ("compile_error", "timeout"):
+                    outcome = Outcome.COMPILE_ERROR if bo.status == "compile_error" else Outcome.TIMEOUT
+                    return _cheat_override(EvalResult(outcome, compiled=False, error=bo.error,
+                                                      phase_s={"build": bo.seconds},
+                                                      extra={"phase": "build", "build_pool": dataclasses.asdict(bo)}),
+                                           c.source)
+            known = baselines.known(problem, modes)
+            job = EvalJob(problem=problem, candidate=c, protocol=protocol, run_seed=seed, baselines=known,
+                          timeout_s=cfg.timeout_s, build_timeout_s=cfg.build_timeout_s)
+            t0 = time.perf_counter()
+            res = await executor.evaluate(job)
+            phase_s["evaluate"] += time.perf_counter() - t0
+            n_eval += 1
+            got = {m: TimingStats.from_dict(s) for m, s in (res.extra.get("baselines") or {}).items()}
+            if got:
+                baselines.put(problem, {m: s for m, s in got.items() if s is not None},
+                              res.extra.get("baseline_info"))
+            if res.candidate is not None:
+                prog.total("time", 1)
+                prog.advance("time")
+            return res
+
+        async def record(rec: TurnRecord) -> None:
+            gen = dataclasses.asdict(rec.generation)
+            store.record_attempt(run_name, problem=rec.spec.problem, candidate=rec.candidate, model=rec.spec.model,
+                                 sample_id=rec.spec.sample_id, turn=rec.turn, messages=list(rec.messages) or None,
+                                 reply=rec.generation.text if ad.is_llm else None, generation=gen, result=rec.result)
+            outcomes[str(rec.result.outcome)] = outcomes.get(str(rec.result.outcome), 0) + 1
+            if ad.is_llm:
+                prog.advance("generate")
+            elif rec.result.outcome is not Outcome.GENERATION_ERROR:
+                prog.advance("generate")
+            prog.advance("verify")
+
+        by_key = {(p.level, p.problem_id): p for p in problems}
+        slots = len(executor.slots)
+        limit = cfg.concurrency or max(4, min(getattr(ad, "max_concurrency", 8), 64) + 2 * slots +
+                                       (pool.workers if pool else 0))
+        sem = asyncio.Semaphore(limit)
+
+        async def one(spec: SampleSpec, start_turn: int) -> None:
+            async with sem:
+                history: list[TurnRecord] = []
+                if start_turn:
+                    for a in store.attempts_for_sample(run_name, spec.problem.level, spec.problem.problem_id,
+                                                       spec.model, spec.sample_id):
+                        from .adapters.base import Generation
+
+                        gfields = {f.name for f in dataclasses.fields(Generation)}
+                        gen = Generation(**{k: v for k, v in (a.generation or {}).items() if k in gfields})
+                        cand = Candidate(spec.problem.level, spec.problem.problem_id, a.code or "",
+                                         sample_id=spec.sample_id, turn=a.turn, model=spec.model) if a.code else None
+                        history.append(TurnRecord(spec, a.turn, tuple(a.messages or ()), gen, cand, a.result))
+                    history = history[:start_turn]
+                t0 = time.perf_counter()
+                await run_sample(ad, spec, turns=total_turns, backend=cfg.backend, params=dict(cfg.params),
+                                 evaluate=evaluate, record=record, start_turn=len(history), history=history)
+                phase_s["generate"] += 0.0 if not ad.is_llm else time.perf_counter() - t0
+
+        # problems in order, so each slot's cached references are reused by consecutive candidates
+        todo.sort(key=lambda x: (x[0].problem.level, x[0].problem.problem_id, x[0].model, x[0].sample_id))
+        await asyncio.gather(*(one(s, st) for s, st in todo))
+        status = "finished"
+        end_fp = dict(fp)
+        try:
+            from .hardware import read_gpu_clocks
+
+            end_fp["clocks_end"] = read_gpu_clocks()
+        except Exception:
+            pass
+        store.set_run_status(run_name, status, hardware=end_fp)
+        return RunSummary(run_name=run_name, db_url=store.safe_url, outcomes=outcomes, evaluated=n_eval,
+                          skipped_done=skipped, wall_s=time.perf_counter() - t_run, phase_s=phase_s,
+                          problem_issues=tuple(f"{i.path}: {i.reason}" for i in ps.issues), status=status,
+                          build_stats=dict(pool.stats) if pool else {})
+    except BaseException:
+        try:
+            if store.get_run(run_name) is not None:
+                store.set_run_status(run_name, "interrupted")
+        except Exception:
+            pass
+        raise
+    finally:
+        if pool is not None:
+            pool.close()
+        await executor.close()
+        store.close()
+
+
+async def measure_baselines_for(problems: list[Problem], *, protocol: Protocol, db: str | None, gpus: str | None,
+                                modes: list[str] | None = None, progress: Progress | None = None,
+                                seed: int = 0, force: bool = False) -> list[dict[str, Any]]:
+    """Measure (or reuse) eager and torch.compile baselines for ``problems`` ahead of runs (``kbench baseline``).
+
+    Returns:
+        One row per problem and mode: level, problem_id, mode, value_ms, cached (bool), error.
+    """
+    from .store import Store
+
+    prog: Progress = progress or _NullProgress()
+    store = Store(db)
+    cache = Path("results/build_cache").resolve()
+    executor = _make_executor(RunConfig(gpus=gpus), cache)
+    rows: list[dict[str, Any]] = []
+    try:
+        fp = executor.fingerprint()
+        b = _Baselines(store, fp, protocol)
+        modes = modes or baseline_modes(protocol)
+        prog.total("time", len(problems))
+        for p in problems:
+            known = {} if force else b.known(p, modes)
+            missing = [m for m in modes if m not in known]
+            info: dict[str, Any] = {}
+            got: dict[str, TimingStats] = {}
+            if missing:
+                got, info, _ = await executor.measure_baselines(p, protocol, seed, missing)
+                b.put(p, got, info)
+            for m in modes:
+                st = known.get(m) or got.get(m)
+                rows.append({"level": p.level, "problem_id": p.problem_id, "name": p.name, "mode": m,
+                             "value_ms": st.value_ms if st else None, "cached": m in known,
+                             "error": (info.get(m) or {}).get("error") if not st else None})
+            prog.advance("time")
+    finally:
+        await executor.close()
+        store.close()
+    return rows
