@@ -1,0 +1,643 @@
+"""JSON data behind the pages: one run's report data and the leaderboard's summary tables.
+
+The pages are rendered from these plain dicts only (HELM's split: data first, then templates), and
+the same dicts are written next to the pages as ``data/*.json`` with a ``schema_version``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+import pandas as pd
+
+from .. import __version__
+from ..core import Problem
+from ..metrics import (
+    FAILURE_SPEEDUP,
+    FAST_P_THRESHOLDS,
+    GroupMetrics,
+    fast_p_curve,
+    problem_scores,
+    sample_scores,
+    summarize_run,
+)
+
+__all__ = [
+    "LAUNCH_BOUND_MS",
+    "LEGEND",
+    "OUTCOME_ORDER",
+    "REVIEW_SPEEDUP",
+    "SCHEMA_VERSION",
+    "build_leaderboard_data",
+    "build_problem_data",
+    "build_run_data",
+    "hardware_label",
+    "load_reported",
+    "problem_page_name",
+]
+
+SCHEMA_VERSION = 1
+REVIEW_SPEEDUP = 10.0
+"""Speedups above this are marked for review (KernelBench's warning threshold)."""
+LAUNCH_BOUND_MS = 0.05
+"""Problems whose eager time is below this (ms) are marked launch-bound: their times measure launch
+overhead more than the kernel (PROTOCOLS.md section 6)."""
+
+OUTCOME_ORDER = (
+    "correct",
+    "policy",
+    "timing_invalid",
+    "incorrect",
+    "cheat",
+    "compile_error",
+    "runtime_error",
+    "timeout",
+    "oom",
+    "no_code",
+    "generation_error",
+)
+
+LEGEND: dict[str, str] = {
+    "correct_rate": "Share of problems whose candidate's outputs matched the reference (outcomes correct, "
+    "policy, timing_invalid); with several samples, the mean over a problem's samples.",
+    "faster_rate": "Share of problems in scope solved correctly with a speedup > 1 (fast_1; a tie at 1.0x is not "
+    "faster). Failed and missing problems count as not faster.",
+    "fast_p": "fast_p = share of all problems in scope that are correct with speedup > p (strict), as KernelBench "
+    "defines it; failed and missing problems count 0.",
+    "geomean_correct": "Geometric-mean speedup over correct candidates only (KernelBench, CUDA Agent): it ignores "
+    "failures, so read it with the correctness rate.",
+    "geomean_all": f"Geometric-mean speedup over all problems in scope, each failed or missing problem counted as "
+    f"{FAILURE_SPEEDUP:g}x (you keep the baseline); correct but slower candidates keep their speedup "
+    f"below 1.",
+    "speedup": "speedup = baseline_ms / candidate_ms, only for correct candidates (cheat and timing_invalid "
+    "verdicts give none). Baselines: eager PyTorch and torch.compile (the protocol's mode), timed by the "
+    "same code on the same GPU.",
+    "weighted": "weighted = CUDA Agent's overall: per-level rates averaged and per-level geomeans combined "
+    "geometrically, weighted by each level's problem count (100/100/50 on KernelBench).",
+    "ci": "Brackets give 95% percentile-bootstrap intervals over problems (2000 resamples, fixed seed; "
+    "stratified by level for the weighted overall).",
+    "sample": "A sample's score is its best correct turn (lowest candidate time among turns with a speedup).",
+    "review": f"Speedups above {REVIEW_SPEEDUP:g}x are marked for review.",
+    "launch_bound": f"Problems whose eager time is under {LAUNCH_BOUND_MS * 1000:g} µs are marked launch-bound: "
+    f"their times mostly measure launch overhead.",
+    "degenerate": "Problems flagged degenerate by the problem audit (e.g. output constant or below the tolerance) "
+    "are left out of every score and listed apart.",
+}
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe copy: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        try:
+            return _clean(v.item())
+        except (TypeError, ValueError):
+            return str(v)
+    if isinstance(v, datetime):
+        return v.isoformat()
+    if v is pd.NA or v is pd.NaT:
+        return None
+    return v
+
+
+def hardware_label(hardware: Mapping[str, Any]) -> str:
+    """A short human name for a hardware fingerprint dict: ``"NVIDIA H200"``, ``"2x NVIDIA H200"``, ``"cpu"``."""
+    name = None
+    if hardware.get("device_type") == "cpu":
+        model = hardware.get("cpu_model") or hardware.get("device_name")
+        return f"cpu ({model})" if model else "cpu"
+    for key in ("gpu_name", "gpu", "device_name", "name"):
+        v = hardware.get(key)
+        if isinstance(v, str) and v:
+            name = v
+            break
+    if name is None:
+        gpus = hardware.get("gpus")
+        if isinstance(gpus, list) and gpus:
+            first = gpus[0]
+            name = first.get("name") if isinstance(first, dict) else str(first)
+    if name is None:
+        name = "cpu" if str(hardware.get("device", "")).startswith("cpu") or not hardware else "unknown"
+    count = hardware.get("gpu_count") or hardware.get("count")
+    if isinstance(count, int) and count > 1:
+        name = f"{count}x {name}"
+    return name
+
+
+def problem_page_name(level: int, problem_id: int) -> str:
+    """File name of a problem's page inside a run report: ``problems/L1_23.html``."""
+    return f"problems/L{level}_{problem_id}.html"
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _int(v: Any) -> int | None:
+    f = _num(v)
+    return None if f is None else int(f)
+
+
+def _verdict_label(outcome: str, tag: str) -> str:
+    return f"{outcome}({tag})" if tag and outcome in ("cheat", "timing_invalid", "policy") else outcome
+
+
+def build_run_data(
+    store: Any, run_name: str, *, flags: Mapping[str, Sequence[str]] | None = None, n_resamples: int = 2000
+) -> dict[str, Any]:
+    """Everything the run report shows, as plain JSON.
+
+    Args:
+        store: a :class:`~kernelbench_harness.store.Store`.
+        run_name: the run.
+        flags: problem key (``"L2/83"``) -> problem flags (``["degenerate"]``); merged with the flags
+            stored for the run. Degenerate problems are left out of the scores and listed apart.
+        n_resamples: bootstrap resamples for the intervals.
+
+    Returns:
+        A dict with ``schema_version``, ``run``, ``legend``, ``models``, ``metrics`` (per model and
+        group, :meth:`GroupMetrics.to_dict`), ``curves``, ``distributions``, ``verdicts``,
+        ``degenerate``, ``usage`` (tokens and cost), ``problems`` (per problem and model) and
+        ``settings``.
+
+    Raises:
+        StoreError: no such run.
+    """
+    from ..errors import StoreError
+
+    info = store.get_run(run_name)
+    if info is None:
+        raise StoreError(f"no run named {run_name!r} in this store", fix="see `kbench runs list`")
+    problems: list[Problem] = store.run_problems(run_name)
+    frame = store.results_frame(run_name)
+    all_flags: dict[str, list[str]] = {k: list(v) for k, v in store.problem_flags(run_name).items()}
+    if len(frame):  # flags the evaluator's problem audit attached to results
+        for lv, pid, fl in zip(frame["level"], frame["problem_id"], frame["problem_flags"]):
+            if fl:
+                key = f"L{int(lv)}/{int(pid)}"
+                all_flags[key] = sorted(set(all_flags.get(key, [])) | set(fl))
+    for k, v in (flags or {}).items():
+        all_flags[k] = sorted(set(all_flags.get(k, [])) | set(v))
+    degenerate = sorted(
+        (k for k, v in all_flags.items() if "degenerate" in v),
+        key=lambda k: tuple(int(x) for x in k[1:].split("/")),
+    )
+    deg_set = set(degenerate)
+    scores = sample_scores(frame)
+    models = (
+        sorted(frame["model"].unique().tolist()) if len(frame) else ([info.model] if info.model else [""])
+    )
+    metrics: list[GroupMetrics] = summarize_run(
+        frame, problems, models=models, exclude=deg_set, n_resamples=n_resamples
+    )
+    scope = [p for p in problems if p.key not in deg_set]
+
+    curves = {
+        m: {
+            b: [[x, y] for x, y in fast_p_curve(scores, scope, b, model=m, exclude=deg_set)]
+            for b in ("eager", "compile")
+        }
+        for m in models
+    }
+    distributions: dict[str, dict[str, list[float]]] = {}
+    for m in models:
+        sm = scores[(scores["model"] == m) & scores["has_speedup"]] if len(scores) else scores
+        if len(sm):
+            keys = "L" + sm["level"].astype(str) + "/" + sm["problem_id"].astype(str)
+            sm = sm[~keys.isin(deg_set)]
+        distributions[m] = (
+            {
+                b: [v for v in (_num(x) for x in sm[f"speedup_{b}"]) if v is not None]
+                for b in ("eager", "compile")
+            }
+            if len(sm)
+            else {"eager": [], "compile": []}
+        )
+
+    verdicts = _verdicts(scores, models, problems, deg_set)
+    usage = _usage(frame, models)
+    rows = _problem_rows(scores, problems, models, all_flags)
+
+    return _clean(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "kbench.run",
+            "generated_at": _now_iso(),
+            "kbench_version": __version__,
+            "run": {
+                "run_name": info.run_name,
+                "model": info.model,
+                "status": info.status,
+                "created_at": info.created_at,
+                "finished_at": info.finished_at,
+                "protocol_name": info.protocol_name,
+                "precision": info.precision,
+                "protocol_fingerprint": info.protocol_fingerprint,
+                "hardware_fingerprint": info.hardware_fingerprint,
+                "hardware_label": hardware_label(info.hardware),
+                "kbench_version": info.kbench_version,
+                "problem_count": info.problem_count,
+                "attempt_count": len(frame),
+                "sample_count": len(scores),
+            },
+            "settings": {
+                "protocol": info.protocol,
+                "config": info.config,
+                "hardware": info.hardware,
+                "problem_sources": sorted({_source_root(p.source) for p in problems}),
+            },
+            "legend": LEGEND,
+            "fast_p_thresholds": list(FAST_P_THRESHOLDS),
+            "models": models,
+            "levels": sorted({p.level for p in problems}),
+            "metrics": [g.to_dict() for g in metrics],
+            "curves": curves,
+            "distributions": distributions,
+            "verdicts": verdicts,
+            "degenerate": degenerate,
+            "flags": all_flags,
+            "usage": usage,
+            "problems": rows,
+        }
+    )
+
+
+def _source_root(source: str) -> str:
+    s = source or ""
+    if s.startswith("bundled:"):
+        return "bundled"
+    for marker in ("/level1/", "/level2/", "/level3/", "/level4/"):
+        if marker in s:
+            return s.split(marker)[0]
+    return s
+
+
+def _verdicts(
+    scores: pd.DataFrame, models: Sequence[str], problems: Sequence[Problem], deg: set[str]
+) -> dict[str, Any]:
+    """Verdict counts of best turns per model and level, with cheat / timing_invalid tags."""
+    levels = sorted({p.level for p in problems})
+    out_rows = []
+    for m in models:
+        for lv in levels:
+            for apart in (False, True):
+                keys = {
+                    (p.level, p.problem_id) for p in problems if p.level == lv and (p.key in deg) == apart
+                }
+                if apart and not keys:
+                    continue
+                sm = scores[(scores["model"] == m) & (scores["level"] == lv)] if len(scores) else scores
+                counts: Counter[str] = Counter()
+                tags: Counter[str] = Counter()
+                seen: set[tuple[int, int]] = set()
+                for r in sm.itertuples():
+                    k = (int(r.level), int(r.problem_id))
+                    if k not in keys:
+                        continue
+                    seen.add(k)
+                    counts[str(r.outcome)] += 1
+                    if r.tag:
+                        tags[_verdict_label(str(r.outcome), str(r.tag))] += 1
+                missing = len(keys - seen)
+                if missing:
+                    counts["missing"] += missing
+                out_rows.append(
+                    {
+                        "model": m,
+                        "level": lv,
+                        "degenerate": apart,
+                        "counts": dict(counts),
+                        "tags": dict(tags),
+                        "problems": len(keys),
+                    }
+                )
+    return {"order": list(OUTCOME_ORDER) + ["missing"], "rows": out_rows}
+
+
+def _usage(frame: pd.DataFrame, models: Sequence[str]) -> list[dict[str, Any]]:
+    out = []
+    for m in models:
+        f = frame[frame["model"] == m] if len(frame) else frame
+
+        def total(col: str, f: pd.DataFrame = f) -> float | None:
+            if not len(f):
+                return None
+            s = pd.to_numeric(f[col], errors="coerce")
+            return float(s.sum()) if s.notna().any() else None
+
+        lat = pd.to_numeric(f["latency_s"], errors="coerce") if len(f) else pd.Series(dtype=float)
+        out.append(
+            {
+                "model": m,
+                "attempts": len(f),
+                "samples": int(f.groupby(["level", "problem_id", "sample_id"]).ngroups) if len(f) else 0,
+                "input_tokens": total("input_tokens"),
+                "output_tokens": total("output_tokens"),
+                "cached_tokens": total("cached_tokens"),
+                "reasoning_tokens": total("reasoning_tokens"),
+                "cost_usd": total("cost_usd"),
+                "latency_s_total": total("latency_s"),
+                "latency_s_median": float(lat.median()) if lat.notna().any() else None,
+                "generation_errors": int(f["generation_error"].notna().sum()) if len(f) else 0,
+            }
+        )
+    return out
+
+
+def _problem_rows(
+    scores: pd.DataFrame, problems: Sequence[Problem], models: Sequence[str], flags: Mapping[str, list[str]]
+) -> list[dict[str, Any]]:
+    rows = []
+    per_model = {m: problem_scores(scores, problems, m) for m in models}
+    for i, p in enumerate(problems):
+        entries = []
+        for m in models:
+            r = per_model[m].iloc[i].to_dict()
+            if r.get("samples", 0) == 0:
+                continue
+            entries.append(_problem_entry(r, m))
+        pf = list(flags.get(p.key, []))
+        eager = next((e["eager_ms"] for e in entries if e["eager_ms"] is not None), None)
+        if eager is not None and eager < LAUNCH_BOUND_MS and "launch-bound" not in pf:
+            pf.append("launch-bound")
+        base = {
+            "key": p.key,
+            "level": p.level,
+            "problem_id": p.problem_id,
+            "name": p.name,
+            "sha256": p.code_sha256,
+            "page": problem_page_name(p.level, p.problem_id),
+            "flags": pf,
+        }
+        if not entries:
+            rows.append(
+                {
+                    **base,
+                    "model": None,
+                    "outcome": "missing",
+                    "verdict": "missing",
+                    "samples": 0,
+                    "passed_samples": 0,
+                    "candidate_ms": None,
+                    "eager_ms": None,
+                    "compile_ms": None,
+                    "speedup_eager": None,
+                    "speedup_compile": None,
+                    "review": False,
+                    "sample_id": None,
+                    "best_turn": None,
+                    "result_id": None,
+                }
+            )
+        for e in entries:
+            rows.append({**base, **e})
+    return rows
+
+
+def _problem_entry(r: Mapping[str, Any], model: str) -> dict[str, Any]:
+    se, sc = _num(r.get("speedup_eager")), _num(r.get("speedup_compile"))
+    return {
+        "model": model,
+        "outcome": r.get("outcome"),
+        "verdict": _verdict_label(str(r.get("outcome")), str(r.get("tag") or "")),
+        "samples": _int(r.get("samples")) or 0,
+        "passed_samples": _int(r.get("passed_samples")) or 0,
+        "candidate_ms": _num(r.get("candidate_ms")),
+        "eager_ms": _num(r.get("eager_ms")),
+        "compile_ms": _num(r.get("compile_ms")),
+        "speedup_eager": se,
+        "speedup_compile": sc,
+        "review": any(v is not None and v > REVIEW_SPEEDUP for v in (se, sc)),
+        "sample_id": _int(r.get("sample_id")),
+        "best_turn": _int(r.get("best_turn")),
+        "result_id": _int(r.get("result_id")),
+    }
+
+
+def build_problem_data(
+    store: Any, run_name: str, problems: Sequence[Problem] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Every problem page's data: each sample and turn with code, verdict, evidence, times and transcript.
+
+    Args:
+        store: the store.
+        run_name: the run.
+        problems: the problems to build (default: the run's scope).
+
+    Returns:
+        Problem key -> page data (``schema_version``, ``key``, ``name``, ``code``, ``samples`` with
+        their ``turns``).
+    """
+    if problems is None:
+        problems = store.run_problems(run_name)
+    frame = store.results_frame(run_name)
+    scores = sample_scores(frame)
+    best_ids = set(scores["result_id"].tolist()) if len(scores) else set()
+    by_sample: dict[tuple[int, int], dict[tuple[str, int], list[Any]]] = {}
+    for a in store.attempts(run_name):
+        by_sample.setdefault((a.level, a.problem_id), {}).setdefault((a.model, a.sample_id), []).append(a)
+    out = {}
+    for problem in problems:
+        samples = []
+        for (model, sid), attempts in sorted(by_sample.get((problem.level, problem.problem_id), {}).items()):
+            samples.append(
+                {
+                    "model": model,
+                    "sample_id": sid,
+                    "anchor": f"s-{_slug(model)}-{sid}",
+                    "turns": [_turn(a, best_ids) for a in sorted(attempts, key=lambda a: a.turn)],
+                }
+            )
+        out[problem.key] = _clean(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "kind": "kbench.problem",
+                "run_name": run_name,
+                "key": problem.key,
+                "level": problem.level,
+                "problem_id": problem.problem_id,
+                "name": problem.name,
+                "sha256": problem.code_sha256,
+                "source": problem.source,
+                "code": problem.code,
+                "samples": samples,
+            }
+        )
+    return out
+
+
+def _turn(a: Any, best_ids: set[int]) -> dict[str, Any]:
+    res = a.result
+    se, sc = res.speedup_eager, res.speedup_compile
+    cand = res.candidate
+    return {
+        "turn": a.turn,
+        "result_id": a.result_id,
+        "best": a.result_id in best_ids,
+        "outcome": str(res.outcome),
+        "tag": res.tag,
+        "verdict": _verdict_label(str(res.outcome), res.tag),
+        "compiled": res.compiled,
+        "correct": res.correct,
+        "max_abs_err": res.max_abs_err,
+        "max_rel_err": res.max_rel_err,
+        "allclose_kernelbench": res.allclose_kernelbench,
+        "candidate_ms": res.candidate_ms,
+        "eager_ms": res.eager_ms,
+        "compile_ms": res.compile_ms,
+        "speedup_eager": se,
+        "speedup_compile": sc,
+        "review": any(v is not None and v > REVIEW_SPEEDUP for v in (se, sc)),
+        "timing": None
+        if cand is None
+        else {
+            "median_ms": cand.median_ms,
+            "mean_ms": cand.mean_ms,
+            "std_ms": cand.std_ms,
+            "min_ms": cand.min_ms,
+            "max_ms": cand.max_ms,
+            "ci95_low_ms": cand.ci95_low_ms,
+            "ci95_high_ms": cand.ci95_high_ms,
+            "n": cand.n,
+            "timer": cand.timer,
+            "statistic": cand.statistic,
+        },
+        "findings": [fd.to_dict() for fd in res.findings],
+        "error": res.error,
+        "log": res.log,
+        "device": res.device,
+        "phase_s": dict(res.phase_s),
+        "backend": a.backend,
+        "code": a.code or "",
+        "messages": list(a.messages or []),
+        "reply": a.reply or "",
+        "generation": {k: v for k, v in a.generation.items() if k not in ("text", "code")},
+    }
+
+
+def _slug(s: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in s).strip("-") or "model"
+
+
+def load_reported() -> dict[str, Any]:
+    """Figures reported by papers (not measured here), from the packaged ``reported_results.json``."""
+    text = (
+        resources.files("kernelbench_harness.reporting")
+        .joinpath("static/reported_results.json")
+        .read_text(encoding="utf-8")
+    )
+    return json.loads(text)
+
+
+_HEADLINE = (
+    "correct_rate",
+    "faster_eager_rate",
+    "faster_compile_rate",
+    "geomean_speedup_eager",
+    "geomean_speedup_compile",
+    "geomean_speedup_eager_all",
+    "geomean_speedup_compile_all",
+)
+
+
+def build_leaderboard_data(
+    runs: Sequence[tuple[Any, str, str]],
+    *,
+    n_resamples: int = 2000,
+    run_data: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The leaderboard's rows: one per (run, model, group), grouped by (protocol, precision, hardware).
+
+    Args:
+        runs: ``(store, run_name, site_path)`` per run, ``site_path`` being where that run's report
+            sits relative to the site root (``runs/<name>/index.html``).
+        n_resamples: bootstrap resamples when a run's data must be built.
+        run_data: already built :func:`build_run_data` dicts by ``site_path``, to avoid recomputing.
+
+    Returns:
+        ``{"schema_version", "kind", "generated_at", "legend", "groups", "rows", "reported"}``; each row
+        holds run_name, model, group (``L1``.., ``all``, ``weighted``), protocol, protocol_fingerprint,
+        precision, hardware, hardware_fingerprint, status, problems, attempted, the headline metrics
+        as ``{value, low, high}`` and fast_p dicts, and ``report`` (the link).
+    """
+    rows = []
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for store, name, path in runs:
+        data = (run_data or {}).get(path) or build_run_data(store, name, n_resamples=n_resamples)
+        run = data["run"]
+        gkey = (f"{run['protocol_name']}", run["precision"], run["hardware_label"])
+        g = groups.setdefault(
+            gkey,
+            {
+                "id": f"g{len(groups) + 1}",
+                "protocol": run["protocol_name"],
+                "precision": run["precision"],
+                "hardware": run["hardware_label"],
+                "protocol_fingerprints": [],
+                "runs": [],
+            },
+        )
+        if run["protocol_fingerprint"] not in g["protocol_fingerprints"]:
+            g["protocol_fingerprints"].append(run["protocol_fingerprint"])
+        g["runs"].append(name)
+        for m in data["metrics"]:
+            if m["samples"] == 0 and m["group"] != "all":
+                continue
+            row = {
+                "run_name": name,
+                "model": m["model"] or run["model"],
+                "group": m["group"],
+                "level": m["level"],
+                "protocol": run["protocol_name"],
+                "protocol_fingerprint": run["protocol_fingerprint"],
+                "precision": run["precision"],
+                "hardware": run["hardware_label"],
+                "hardware_fingerprint": run["hardware_fingerprint"],
+                "group_id": g["id"],
+                "status": run["status"],
+                "finished_at": run["finished_at"],
+                "problems": m["problems"],
+                "attempted": m["attempted"],
+                "samples": m["samples"],
+                "report": path,
+                "fast_p_eager": m["fast_p_eager"],
+                "fast_p_compile": m["fast_p_compile"],
+                "pass_at_k": m["pass_at_k"],
+            }
+            for k in _HEADLINE:
+                row[k] = m[k]
+            rows.append(row)
+    reported = load_reported()
+    return _clean(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "kbench.leaderboard",
+            "generated_at": _now_iso(),
+            "kbench_version": __version__,
+            "legend": LEGEND,
+            "groups": list(groups.values()),
+            "rows": rows,
+            "reported": reported,
+        }
+    )
