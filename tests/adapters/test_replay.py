@@ -1,0 +1,98 @@
+"""``replay:PATH``: stored generations, bad lines, planning, and the shared kernelsseum file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kernelbench_harness.adapters import GenerationRequest, SampleSpec, get_adapter
+from kernelbench_harness.adapters.replay import ReplayAdapter
+from kernelbench_harness.config import KbenchConfig
+from kernelbench_harness.core import Problem
+from kernelbench_harness.problems import load_problems
+
+SHARED = Path(os.environ.get("KBENCH_SHARED", Path(__file__).resolve().parents[2].parent / "shared"))
+KERNELSSEUM = SHARED / "kernelsseum-v0"
+
+
+def _problem(level: int, pid: int) -> Problem:
+    return Problem(level, pid, f"P{pid}", f"# problem {level}/{pid}\nclass Model: pass\n")
+
+
+def _gen(adapter: ReplayAdapter, spec: SampleSpec):
+    return asyncio.run(adapter.generate(GenerationRequest(spec, 0, ())))
+
+
+def test_lines_samples_models_and_bad_lines(tmp_path, caplog):
+    path = tmp_path / "my-gens.jsonl"
+    lines = [
+        {"level": 1, "problem_id": 1, "code": "A0"},                       # 1: model = stem, sample 0
+        {"level": 1, "problem_id": 1, "code": "A1"},                       # 2: sample 1
+        "this is not json",                                                # 3: bad
+        {"level": 1, "problem_id": 2, "model": "gpt-x", "code": "B"},      # 4
+        {"level": 1, "code": "no id"},                                     # 5: missing problem_id
+        {"level": 1, "problem_id": 1, "model": "gpt-x", "sample_id": 7, "code": "C7", "reported": {"ok": 1}},
+        {"level": "one", "problem_id": 1, "code": "bad level"},            # 7: bad
+        {"level": 1, "problem_id": 1, "model": "gpt-x", "sample_id": 7, "code": "dup"},  # 8: duplicate
+        {"level": 2, "problem_id": 3, "code": "Here:\n```python\nclass ModelNew: pass\n```\n"},  # 9: fenced
+        {"level": 1, "problem_id": 2, "code": 5},                          # 10: code not a string
+    ]
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n\n")
+    caplog.set_level(logging.WARNING)
+    a = get_adapter(f"replay:{path}", config=KbenchConfig())
+    assert isinstance(a, ReplayAdapter) and a.is_llm is False
+    got = [(g.line_no, g.level, g.problem_id, g.model, g.sample_id, g.code) for g in a.generations]
+    assert got == [
+        (1, 1, 1, "my-gens", 0, "A0"),
+        (2, 1, 1, "my-gens", 1, "A1"),
+        (4, 1, 2, "gpt-x", 0, "B"),
+        (6, 1, 1, "gpt-x", 7, "C7"),
+        (9, 2, 3, "my-gens", 0, "class ModelNew: pass\n"),
+    ]
+    warned = {int(r.getMessage().split(":")[1]) for r in caplog.records if "line skipped" in r.getMessage()}
+    assert warned == {3, 5, 7, 8, 10}
+    assert any("missing problem_id" in r.getMessage() for r in caplog.records)
+
+    plan = a.plan([_problem(1, 1), _problem(1, 2)], samples=1)  # level 2 not selected
+    assert [(s.problem.problem_id, s.model, s.sample_id) for s in plan] == [
+        (1, "my-gens", 0), (1, "my-gens", 1), (2, "gpt-x", 0), (1, "gpt-x", 7)]
+    assert plan[0].problem.name == "P1"  # specs carry the selected Problem objects
+
+    g = _gen(a, plan[3])
+    assert g.code == "C7" and g.text == "C7" and g.model == "gpt-x" and g.error == ""
+    assert a.stored(plan[3]).fields["reported"] == {"ok": 1}
+    missing = _gen(a, SampleSpec(_problem(1, 1), "gpt-x", 99))
+    assert missing.code is None and "holds no generation" in missing.error
+
+
+def test_model_option_and_missing_file(tmp_path):
+    path = tmp_path / "g.jsonl"
+    path.write_text('{"level": 1, "problem_id": 1, "code": "x"}\n')
+    a = get_adapter(f"replay:{path}", options={"model": "legacy-model"}, config=KbenchConfig())
+    assert a.generations[0].model == "legacy-model"
+
+
+@pytest.mark.skipif(not (KERNELSSEUM / "generations.jsonl").is_file(), reason="shared kernelsseum-v0 absent")
+def test_plan_on_shared_kernelsseum_generations():
+    path = KERNELSSEUM / "generations.jsonl"
+    a = get_adapter(f"replay:{path}", config=KbenchConfig())
+    raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert len(a.generations) == len(raw)  # every line usable
+    problems = load_problems(KERNELSSEUM / "problems", levels=[1]).problems
+    plan = a.plan(problems, samples=1)
+    expected = [r for r in raw if r["level"] == 1]
+    assert len(plan) == len(expected) == 99
+    assert Counter(s.model for s in plan) == Counter(r["model"] for r in expected)
+    assert len({(s.problem.problem_id, s.model, s.sample_id) for s in plan}) == len(plan)
+    assert all(s.problem.level == 1 for s in plan)
+    first = plan[0]
+    g = _gen(a, first)
+    line = next(r for r in expected if r["problem_id"] == first.problem.problem_id and r["model"] == first.model)
+    assert g.code == line["code"] and "ModelNew" in g.code
+    assert a.stored(first).fields["reported"] == line["reported"]
