@@ -155,6 +155,7 @@ def import_kernelbench_baselines(
         )
     by_file = {(p.level, p.file_name): p for p in problems}
     stored = 0
+    batch: list[dict[str, Any]] = []
     by_mode: dict[str, int] = {}
     unmatched: list[str] = []
     for f in files:
@@ -182,20 +183,23 @@ def import_kernelbench_baselines(
                     raise ConfigError(f"{f}: {level_key}/{fname}: bad entry ({e})") from None
                 hw_name = str(entry.get("hardware") or "unknown")
                 hardware = {"gpu_name": hw_name, "device": entry.get("device", ""), "imported_from": str(f)}
-                store.put_baseline(
-                    problem=prob,
-                    hardware_fingerprint=hardware_fingerprint or f"imported:{hw_name}",
-                    software_fingerprint=software_fingerprint or f"imported:{root.name}",
-                    protocol_fingerprint=protocol_fingerprint,
-                    precision=precision,
-                    mode=mode,
-                    stats=stats,
-                    hardware=hardware,
-                    measured_here=False,
-                    source=f"imported:{hw_name}",
+                batch.append(
+                    {
+                        "problem": prob,
+                        "hardware_fingerprint": hardware_fingerprint or f"imported:{hw_name}",
+                        "software_fingerprint": software_fingerprint or f"imported:{root.name}",
+                        "protocol_fingerprint": protocol_fingerprint,
+                        "precision": precision,
+                        "mode": mode,
+                        "stats": stats,
+                        "hardware": hardware,
+                        "measured_here": False,
+                        "source": f"imported:{hw_name}",
+                    }
                 )
                 stored += 1
                 by_mode[mode] = by_mode.get(mode, 0) + 1
+    store.put_baselines(batch)  # one transaction
     if unmatched:
         log.warning(
             "%d baseline entries in %s matched no problem (e.g. %s)", len(unmatched), root, unmatched[0]

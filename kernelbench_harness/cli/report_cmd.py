@@ -191,8 +191,9 @@ def runs_list_cmd(db: str | None) -> None:
     with _store(db) as store:
         runs = store.list_runs()
         table = Table(title=f"runs in {store.safe_url}")
+        longest = max((len(r.run_name) for r in runs), default=3)
+        table.add_column("run", min_width=min(longest, 40), overflow="fold")
         for col in (
-            "run",
             "model",
             "status",
             "protocol",
@@ -202,7 +203,8 @@ def runs_list_cmd(db: str | None) -> None:
             "attempts",
             "created",
         ):
-            table.add_column(col, justify="right" if col in ("problems", "attempts") else "left")
+            right = col in ("problems", "attempts")
+            table.add_column(col, justify="right" if right else "left", overflow="fold")
         for r in runs:
             n = len(store.done_attempts(r.run_name))
             table.add_row(

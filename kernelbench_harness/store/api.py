@@ -1265,28 +1265,53 @@ class Store:
         Returns:
             The baseline's id.
         """
+        item = {
+            "problem": problem,
+            "hardware_fingerprint": hardware_fingerprint,
+            "software_fingerprint": software_fingerprint,
+            "protocol_fingerprint": protocol_fingerprint,
+            "precision": precision,
+            "mode": mode,
+            "stats": stats,
+            "hardware": hardware,
+            "measured_here": measured_here,
+            "source": source,
+        }
+        return self.put_baselines([item])[0]
+
+    def put_baselines(self, items: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Store several baselines in one transaction (each item holds :meth:`put_baseline`'s arguments).
+
+        Returns:
+            Their ids, in order.
+        """
+        items = list(items)
         with self._write() as s:
-            pk = self._problem_pks(s, [problem])[problem.code_sha256]
-            row = BaselineRow(
-                problem_pk=pk,
-                problem_sha256=problem.code_sha256,
-                level=problem.level,
-                problem_id=problem.problem_id,
-                name=problem.name,
-                hardware_fingerprint=hardware_fingerprint,
-                software_fingerprint=software_fingerprint,
-                protocol_fingerprint=protocol_fingerprint,
-                precision=precision,
-                mode=mode,
-                hardware=dict(hardware),
-                measured_here=measured_here,
-                source=source,
-                created_at=_now(),
-                **_stats_columns(stats),
-            )
-            s.add(row)
+            pks = self._problem_pks(s, [it["problem"] for it in items])
+            rows = []
+            for it in items:
+                problem: Problem = it["problem"]
+                row = BaselineRow(
+                    problem_pk=pks[problem.code_sha256],
+                    problem_sha256=problem.code_sha256,
+                    level=problem.level,
+                    problem_id=problem.problem_id,
+                    name=problem.name,
+                    hardware_fingerprint=it["hardware_fingerprint"],
+                    software_fingerprint=it["software_fingerprint"],
+                    protocol_fingerprint=it["protocol_fingerprint"],
+                    precision=it["precision"],
+                    mode=it["mode"],
+                    hardware=dict(it.get("hardware") or {}),
+                    measured_here=bool(it.get("measured_here", True)),
+                    source=str(it.get("source", "measured")),
+                    created_at=_now(),
+                    **_stats_columns(it["stats"]),
+                )
+                s.add(row)
+                rows.append(row)
             s.flush()
-            return int(row.id)
+            return [int(r.id) for r in rows]
 
     def baselines(self, **filters: Any) -> list[BaselineRecord]:
         """Stored baselines matching ``filters`` (see :meth:`baselines_frame`), oldest first."""
