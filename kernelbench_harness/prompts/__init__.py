@@ -117,22 +117,35 @@ def _fmt_err(x: float) -> str:
     return "nan" if math.isnan(x) else f"{x:.3g}"
 
 
-def _failed_trial(result: EvalResult) -> Any:
+def _trial_info(result: EvalResult) -> tuple[Any, int | None]:
+    """(failing trial, number of trials) as the evaluator recorded them, else (None, None).
+
+    Read from ``extra["trials"]`` (a list of per-trial dicts with ``ok``: the first failing one,
+    counted from 1) or a count, ``extra["failed_trial"]``, or a finding's ``data["trial"]``.
+    """
+    trials = result.extra.get("trials")
+    n: int | None = None
+    failed: Any = None
+    if isinstance(trials, list):
+        n = len(trials)
+        failed = next((i + 1 for i, t in enumerate(trials) if isinstance(t, dict) and not t.get("ok", True)),
+                      None)
+    elif isinstance(trials, int):
+        n = trials
     for key in ("failed_trial", "trial"):
-        if result.extra.get(key) is not None:
-            return result.extra[key]
+        if failed is None and result.extra.get(key) is not None:
+            failed = result.extra[key]
     for f in result.findings:
         for key in ("failed_trial", "trial"):
-            if f.data.get(key) is not None:
-                return f.data[key]
-    return None
+            if failed is None and f.data.get(key) is not None:
+                failed = f.data[key]
+    return failed, n
 
 
 def _mismatch_lines(result: EvalResult) -> list[str]:
     lines = []
-    trial = _failed_trial(result)
+    trial, n = _trial_info(result)
     if trial is not None:
-        n = result.extra.get("trials")
         lines.append(f"first mismatch in correctness trial {trial}" + (f" of {n}" if n else "")
                      + " (fresh random inputs each trial)")
     if result.max_abs_err is not None:
@@ -140,7 +153,7 @@ def _mismatch_lines(result: EvalResult) -> list[str]:
     if result.max_rel_err is not None:
         lines.append(f"max relative error: {_fmt_err(result.max_rel_err)}")
     for key in ("atol", "rtol"):
-        if result.extra.get(key) is not None:
+        if isinstance(result.extra.get(key), (int, float)):
             lines.append(f"tolerance {key}: {result.extra[key]:g}")
     return lines
 
@@ -177,8 +190,8 @@ def feedback_message(result: EvalResult, *, max_chars: int = 4000, backend: str 
 
     Returns:
         The message text. For compile and runtime errors it quotes the (trimmed) error; for wrong
-        outputs it names the failing trial (when the evaluator recorded one in
-        ``extra["failed_trial"]`` or a finding's ``data["trial"]``) and the max abs/rel errors;
+        outputs it names the failing trial (when the evaluator recorded per-trial results in
+        ``extra["trials"]``, or ``extra["failed_trial"]``) and the max abs/rel errors;
         for correct candidates it gives the candidate, eager and torch.compile times and speedups.
 
     Raises:

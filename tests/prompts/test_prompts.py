@@ -135,6 +135,16 @@ def test_feedback_incorrect_names_trial_and_errors():
     assert "Fix" in msg
 
 
+def test_feedback_incorrect_with_the_evaluators_per_trial_list():
+    trials = [{"ok": True, "max_abs_err": 1e-7}, {"ok": False, "max_abs_err": 0.02, "detail": "12 elements"},
+              {"ok": False}, {"ok": True}, {"ok": True}]
+    res = EvalResult(Outcome.INCORRECT, max_abs_err=0.02, error="output 0: 12 elements outside the bound",
+                     extra={"trials": trials})
+    msg = feedback_message(res)
+    assert "first mismatch in correctness trial 2 of 5" in msg
+    assert "12 elements outside the bound" in msg and "max absolute error: 0.02" in msg
+
+
 def test_feedback_incorrect_trial_from_finding():
     res = EvalResult(Outcome.INCORRECT, max_abs_err=2.0,
                      findings=(Finding("verify.allclose", Severity.INFO, data={"trial": 1}),))
@@ -170,25 +180,38 @@ def test_feedback_no_code():
     assert "the reply was empty" in msg and "```python" in msg
 
 
-def _run_example_on_gpu(backend: str, build_dir: str) -> float:
-    """Import the worked example's ModelNew on the GPU and return its max abs error against Model."""
+def _import_file(path: str, name: str):
     import importlib.util
 
-    import torch
-
-    os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
-    ns: dict = {}
-    exec(compile(_raw("example_problem.py.j2"), "example_problem.py", "exec"), ns)
-    path = os.path.join(build_dir, f"example_{backend}.py")
-    with open(path, "w") as f:  # triton.jit needs the source in a file
-        f.write(_raw(f"example_{backend}.py.j2"))
-    spec = importlib.util.spec_from_file_location(f"kbench_example_{backend}", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def _run_example_on_gpu(backend: str, build_dir: str) -> float:
+    """Import the worked example's ModelNew on the GPU and return its max abs error against Model."""
+    import torch
+
+    paths = {}
+    for name, template in (("problem", "example_problem.py.j2"), (backend, f"example_{backend}.py.j2")):
+        paths[name] = os.path.join(build_dir, f"example_{name}.py")
+        with open(paths[name], "w") as f:  # triton.jit needs the source in a file
+            f.write(_raw(template))
+    old = os.environ.get("TORCH_EXTENSIONS_DIR")
+    os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
+    try:
+        prob = _import_file(paths["problem"], f"kbench_example_problem_{backend}")
+        sol = _import_file(paths[backend], f"kbench_example_{backend}")
+    finally:
+        if old is None:
+            os.environ.pop("TORCH_EXTENSIONS_DIR", None)
+        else:
+            os.environ["TORCH_EXTENSIONS_DIR"] = old
     torch.manual_seed(0)
-    x = [t.cuda() for t in ns["get_inputs"]()]
-    ref = ns["Model"](*ns["get_init_inputs"]()).cuda()(*x)
-    out = mod.ModelNew(*ns["get_init_inputs"]()).cuda()(*x)
+    x = [t.cuda() for t in prob.get_inputs()]
+    ref = prob.Model(*prob.get_init_inputs()).cuda()(*x)
+    out = sol.ModelNew(*prob.get_init_inputs()).cuda()(*x)
     torch.cuda.synchronize()
     assert out.shape == ref.shape and out.dtype == ref.dtype
     return float((out - ref).abs().max())
