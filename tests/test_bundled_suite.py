@@ -175,7 +175,7 @@ def test_all_plans_one_sample_per_runnable_variant_in_fixed_order(device: str) -
         if p.key in CPP_KEYS:
             expected.append("cpp")  # host C++ runs on either device
         assert served[p.key] == list(enumerate(expected)), p.key
-    assert [v for v in VARIANTS] == ["triton", "cuda", "cpp"]
+    assert VARIANTS == ("triton", "cuda", "cpp")
     # a sample id past the variants gets an error, not someone else's code
     gen = _generate(ad, SampleSpec(SUITE.problems[0], "bundled", 7))
     assert gen.code is None and "no bundled solution" in gen.error
