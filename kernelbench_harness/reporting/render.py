@@ -82,7 +82,9 @@ def _x(v: Any) -> str:
     if v is None:
         return _dash()
     v = float(v)
-    return f"{v:.0f}x" if v >= 100 else f"{v:.2f}x"
+    if v >= 100:
+        return f"{v:.0f}x"
+    return f"{v:.2f}x" if v >= 0.1 else f"{v:.2g}x"
 
 
 def _ms(v: Any) -> str:
