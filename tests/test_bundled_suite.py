@@ -14,6 +14,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -230,7 +231,12 @@ def checks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
     env.update(TRITON_INTERPRET="1", TORCH_EXTENSIONS_DIR=str(tmp / "torch_extensions"),
                PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     procs = {}
-    for variant in ("cpp", "triton"):  # start the slow C++ build first
+    wanted = []
+    if shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++"):
+        wanted.append("cpp")  # first: the slow C++ build
+    if importlib.util.find_spec("triton") is not None:
+        wanted.append("triton")
+    for variant in wanted:
         out = tmp / f"{variant}.json"
         cmd = [sys.executable, str(CHECK_SCRIPT), "--device", "cpu", "--variant", variant, "--trials", "3",
                "--rtol", str(RTOL), "--json", str(out)]
@@ -245,12 +251,15 @@ def checks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
     return results
 
 
-def _rows(result: dict[str, Any], variant: str) -> dict[str, dict[str, Any]]:
-    return {f"L{r['level']}/{r['problem_id']}": r for r in result["rows"] if r["variant"] == variant}
+def _rows(checks: dict[str, dict[str, Any]], run: str, variant: str) -> dict[str, dict[str, Any]]:
+    """Rows of kind ``variant`` ("reference", "triton", "cpp") from the ``run`` child process, by problem key."""
+    if run not in checks:
+        pytest.skip(f"no {run} toolchain here (triton not installed, or no C++ compiler)")
+    return {f"L{r['level']}/{r['problem_id']}": r for r in checks[run]["rows"] if r["variant"] == variant}
 
 
 def test_reference_outputs_are_not_degenerate(checks: dict[str, dict[str, Any]]) -> None:
-    refs = _rows(checks["triton"], "reference")
+    refs = _rows(checks, "triton", "reference")
     assert set(refs) == {p.key for p in SUITE.problems}
     for key, r in refs.items():
         assert r["ok"], f"{key}: {r.get('error')}"
@@ -258,7 +267,7 @@ def test_reference_outputs_are_not_degenerate(checks: dict[str, dict[str, Any]])
 
 
 def test_every_triton_solution_matches_under_the_interpreter(checks: dict[str, dict[str, Any]]) -> None:
-    rows = _rows(checks["triton"], "triton")
+    rows = _rows(checks, "triton", "triton")
     assert set(rows) == {p.key for p in SUITE.problems}, checks["triton"]["log"]
     for key, r in rows.items():
         assert "max_rel_err" in r, f"{key} failed: {r.get('error')}\n{r.get('trace', '')}"
@@ -269,7 +278,7 @@ def test_every_triton_solution_matches_under_the_interpreter(checks: dict[str, d
 
 
 def test_cpp_solution_builds_and_matches(checks: dict[str, dict[str, Any]]) -> None:
-    rows = _rows(checks["cpp"], "cpp")
+    rows = _rows(checks, "cpp", "cpp")
     assert set(rows) == CPP_KEYS, checks["cpp"]["log"]
     for key, r in rows.items():
         assert "max_rel_err" in r, f"{key} failed: {r.get('error')}\n{r.get('trace', '')}"
