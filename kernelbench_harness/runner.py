@@ -79,6 +79,8 @@ class RunConfig:
         executor: ``local`` or ``ray``; ray_address: for ``ray``.
         seed: the run seed (None = secret random; stored with the run).
         concurrency: samples in flight (None = adapter cap + 2 per slot).
+        warm_workers: processes that compile the references with torch.compile before timing starts,
+            for problems without cached baselines (None = min(8, CPUs/2) on a GPU, 0 on a CPU).
     """
 
     model: str = "bundled"
@@ -106,6 +108,7 @@ class RunConfig:
     ray_address: str | None = None
     seed: int | None = None
     concurrency: int | None = None
+    warm_workers: int | None = None
 
     def resolved_protocol(self) -> Protocol:
         return get_protocol(self.protocol, self.precision, **self.protocol_overrides)
@@ -137,6 +140,7 @@ class RunSummary:
     problem_issues: tuple[str, ...] = ()
     status: str = "finished"
     build_stats: dict[str, Any] = field(default_factory=dict)
+    warm: dict[str, Any] = field(default_factory=dict)
 
 
 def default_run_name(model: str, protocol: str) -> str:
@@ -260,6 +264,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, start_method=cfg.start_method,
                                   build_workers=cfg.build_workers, executor=cfg.executor,
                                   ray_address=cfg.ray_address, concurrency=cfg.concurrency,
+                                  warm_workers=cfg.warm_workers, timeout_s=cfg.timeout_s,
                                   build_cache=cfg.build_cache or saved.build_cache)
     run_name = cfg.run_name or default_run_name(cfg.model, cfg.protocol)
     protocol = cfg.resolved_protocol()
@@ -287,6 +292,9 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     status = "interrupted"
     try:
         fp = executor.fingerprint()
+        devtype = "cuda" if str(fp.get("device_type")) == "cuda" else "cpu"
+        if adapter is None and "device" not in cfg.model_options and cfg.model == "bundled":
+            ad = get_adapter(cfg.model, options={**cfg.model_options, "device": devtype})
         if stored is None:
             store.create_run(run_name, model=cfg.model, protocol=protocol.to_dict(),
                              config={"run_config": cfg.to_dict(), "run_seed": seed, "problems_source": ps.source,
@@ -344,6 +352,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                                                       phase_s={"build": bo.seconds},
                                                       extra={"phase": "build", "build_pool": dataclasses.asdict(bo)}),
                                            c.source)
+            await warm_gate.wait()
             known = baselines.known(problem, modes)
             job = EvalJob(problem=problem, candidate=c, protocol=protocol, run_seed=seed, baselines=known,
                           timeout_s=cfg.timeout_s, build_timeout_s=cfg.build_timeout_s)
@@ -373,6 +382,31 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             prog.advance("verify")
 
         by_key = {(p.level, p.problem_id): p for p in problems}
+        warm_gate = asyncio.Event()
+        warm_info: dict[str, Any] = {}
+
+        async def warm() -> None:
+            from .execution.warm import warm_compile
+
+            try:
+                dev0 = executor.slots[0]["device"] if executor.slots else "cpu"
+                gpu = dev0.startswith("cuda")
+                workers = cfg.warm_workers if cfg.warm_workers is not None else (min(8, max(1, ncpu // 2)) if gpu else 0)
+                cold = [p for p in problems if len(baselines.known(p, modes)) < len(modes)]
+                if cold and workers > 0 and cfg.executor == "local":
+                    prog.note(f"compiling {len(cold)} reference(s) with torch.compile in {workers} processes "
+                              "before timing starts")
+                    t0 = time.perf_counter()
+                    warm_info.update(await asyncio.to_thread(
+                        warm_compile, cold, precision=protocol.precision,
+                        modes=[m.split(":", 1)[1] for m in modes if m.startswith("compile:")],
+                        no_grad=protocol.reference_no_grad, device_index=dev0.split(":", 1)[1] if gpu else None,
+                        workers=workers))
+                    phase_s["warm"] = time.perf_counter() - t0
+            finally:
+                warm_gate.set()
+
+        warm_task = asyncio.create_task(warm())
         slots = len(executor.slots)
         limit = cfg.concurrency or max(4, min(getattr(ad, "max_concurrency", 8), 64) + 2 * slots +
                                        (pool.workers if pool else 0))
@@ -400,6 +434,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         # problems in order, so each slot's cached references are reused by consecutive candidates
         todo.sort(key=lambda x: (x[0].problem.level, x[0].problem.problem_id, x[0].model, x[0].sample_id))
         await asyncio.gather(*(one(s, st) for s, st in todo))
+        await warm_task
         status = "finished"
         end_fp = dict(fp)
         try:
@@ -412,7 +447,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         return RunSummary(run_name=run_name, db_url=store.safe_url, outcomes=outcomes, evaluated=n_eval,
                           skipped_done=skipped, wall_s=time.perf_counter() - t_run, phase_s=phase_s,
                           problem_issues=tuple(f"{i.path}: {i.reason}" for i in ps.issues), status=status,
-                          build_stats=dict(pool.stats) if pool else {})
+                          build_stats=dict(pool.stats) if pool else {}, warm=warm_info)
     except BaseException:
         try:
             if store.get_run(run_name) is not None:
@@ -444,6 +479,9 @@ async def measure_baselines_for(problems: list[Problem], *, protocol: Protocol, 
     rows: list[dict[str, Any]] = []
     try:
         fp = executor.fingerprint()
+        devtype = "cuda" if str(fp.get("device_type")) == "cuda" else "cpu"
+        if adapter is None and "device" not in cfg.model_options and cfg.model == "bundled":
+            ad = get_adapter(cfg.model, options={**cfg.model_options, "device": devtype})
         b = _Baselines(store, fp, protocol)
         modes = modes or baseline_modes(protocol)
         prog.total("time", len(problems))

@@ -169,6 +169,9 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
               help="Seconds a candidate's build may take.")
 @click.option("--build-workers", default=None, type=click.IntRange(1, 256),
               help="Concurrent candidate builds (default: CPUs - 1, at most 16).")
+@click.option("--warm-workers", default=None, type=click.IntRange(0, 64),
+              help="Processes that compile references with torch.compile before timing starts (default: "
+                   "min(8, CPUs/2) on a GPU, 0 on a CPU).")
 @click.option("--seed", default=None, type=int, help="Run seed (default: secret and random, stored with the run).")
 @click.option("--executor", default="local", show_default=True, type=click.Choice(["local", "ray"]))
 @click.option("--ray-address", default=None, help="Ray cluster address for --executor ray (default: start one).")
@@ -182,7 +185,7 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
 def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None, samples: int, turns: int,
             backend: str, model_args: tuple[str, ...], adapter_options: tuple[str, ...], protocol: str,
             precision: str, compile_modes: str | None, db: str | None, gpus: str | None, run_name: str | None,
-            resume: bool, timeout_s: float, build_timeout_s: float, build_workers: int | None, seed: int | None,
+            resume: bool, timeout_s: float, build_timeout_s: float, build_workers: int | None, warm_workers: int | None, seed: int | None,
             executor: str, ray_address: str | None, start_method: str, no_sandbox: bool, display: str,
             report: bool) -> None:
     """Generate (or replay) kernels, evaluate them against PyTorch eager and torch.compile, store everything.
@@ -206,7 +209,8 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
                     model_options=parse_kv(adapter_options, "-O value"), protocol=protocol, precision=precision,
                     protocol_overrides=overrides, db=db, gpus=gpus, timeout_s=timeout_s,
                     build_timeout_s=build_timeout_s, build_workers=build_workers, start_method=start_method,
-                    sandbox=not no_sandbox, executor=executor, ray_address=ray_address, seed=seed)
+                    sandbox=not no_sandbox, executor=executor, ray_address=ray_address, seed=seed,
+                    warm_workers=warm_workers)
     console = Console(stderr=False)
     plain = display == "plain" or (display == "auto" and not sys.stdout.isatty())
     prog: Any = PlainProgress() if plain else RichProgress(console)

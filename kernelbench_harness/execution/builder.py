@@ -3,7 +3,7 @@
 A :class:`BuildPool` runs up to ``workers`` sandboxed candidate processes in ``build`` mode: each
 imports one candidate with no GPU visible, so its ``load_inline`` / ``load`` calls compile (through
 the hooks of :mod:`.build`) into the process's private folder. The trusted side then moves each
-built ``kb_<hash>.so`` into the shared, content-addressed cache, where GPU evaluation loads it
+built ``kb_<hash>/<module>.so`` into the shared, content-addressed cache, where GPU evaluation loads it
 without compiling. An identical extension is never compiled twice, and no candidate process can
 write into the cache itself.
 
@@ -65,7 +65,7 @@ class BuildPool:
     """Concurrent, sandboxed, cached builds of candidate extensions.
 
     Args:
-        cache_dir: the content-addressed cache (``kb_<hash>.so`` files); created if missing.
+        cache_dir: the content-addressed cache (``kb_<hash>/<module>.so``); created if missing.
         workers: builds at once (each may run nvcc; ``MAX_JOBS`` per build is set to 2).
         arch_list: ``TORCH_CUDA_ARCH_LIST`` of the target GPUs (e.g. ``"9.0"``); required to build
             CUDA code with no GPU visible.
@@ -159,11 +159,15 @@ class BuildPool:
                     so.resolve().relative_to(jobdir.resolve())
                 except ValueError:
                     continue
-                dest = self.cache_dir / f"{name}.so"
-                if not dest.exists():
-                    tmp = self.cache_dir / f".{name}.{os.getpid()}.tmp"
-                    shutil.copyfile(so, tmp)
-                    os.replace(tmp, dest)
+                entry = self.cache_dir / name
+                if not entry.is_dir():
+                    tmp = self.cache_dir / f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+                    tmp.mkdir()
+                    shutil.copyfile(so, tmp / so.name)  # keep the file name: it is the module's name
+                    try:
+                        os.replace(tmp, entry)
+                    except OSError:  # another build stored it first
+                        shutil.rmtree(tmp, ignore_errors=True)
             if msg.get("ok"):
                 status = "built" if info.get("built") else "cached"
                 self.stats[status] += 1

@@ -271,6 +271,40 @@ class DeviceEvaluator:
         self.launcher = Launcher(self.child_env, start_method)
         self._contexts: dict[tuple[str, str, int], ProblemContext] = {}
         self._fingerprint: dict[str, Any] | None = None
+        self.layers: dict[str, bool] = {}
+        self.probe_log: list[str] = []
+        if sandbox:
+            self._choose_layers()
+
+    def _choose_layers(self) -> None:
+        """Keep the strongest sandbox layer set under which a candidate process can still use the device."""
+        from .sandbox import LAYER_SETS
+
+        for layers in LAYER_SETS:
+            jobdir = Path(tempfile.mkdtemp(prefix="probe_", dir=self.scratch))
+            job = {"mode": "probe", "job_dir": str(jobdir), "inputs_dir": str(jobdir), "device": str(self.device),
+                   "protocol": {}}
+            cfg = {"private_dir": str(jobdir), "cpu_time_s": 600, "file_size_bytes": 1 << 30, **layers}
+            try:
+                h = self.launcher.start(job, cfg)
+                try:
+                    deadline = time.monotonic() + 120
+                    msg: dict[str, Any] = {}
+                    while msg.get("event") != "probe":
+                        msg = h.chan.recv(timeout_s=max(0.0, deadline - time.monotonic()))
+                finally:
+                    h.close()
+            except (ChannelError, OSError) as e:
+                msg = {"ok": False, "error": f"probe process failed: {e}"}
+            finally:
+                shutil.rmtree(jobdir, ignore_errors=True)
+            if msg.get("ok"):
+                self.layers = dict(layers)
+                return
+            self.probe_log.append(f"{layers}: {msg.get('error', '')}"[:500])
+            log.warning("sandbox layers %s stop the device from working in candidate processes: %s",
+                        layers, msg.get("error"))
+        self.layers = dict(LAYER_SETS[-1])
 
     # -- public ---------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -279,6 +313,9 @@ class DeviceEvaluator:
             from ..hardware import collect_fingerprint
 
             self._fingerprint = collect_fingerprint(str(self.device))
+            self._fingerprint["sandbox_layers"] = dict(self.layers)
+            if self.probe_log:
+                self._fingerprint["sandbox_probe_failures"] = list(self.probe_log)
         return self._fingerprint
 
     def context(self, problem: Problem, protocol: Protocol, run_seed: int) -> ProblemContext:
@@ -416,8 +453,7 @@ class DeviceEvaluator:
             "file_size_bytes": max(8 << 30, 0),
             "address_space_bytes": self.memory_limit * 2 if self.device.type == "cpu" else 0,
             "limit_address_space": False,
-            "new_netns": True,
-            "landlock": True,
+            **(self.layers or {"new_netns": True, "landlock": True}),
         }
 
     def _child_job(self, job: EvalJob, ctx: ProblemContext, jobdir: Path) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-__all__ = ["SandboxConfig", "clean_environment", "apply_sandbox", "looks_secret", "landlock_abi"]
+__all__ = ["SandboxConfig", "clean_environment", "apply_sandbox", "looks_secret", "landlock_abi", "LAYER_SETS"]
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ class SandboxConfig:
         file_size_bytes: RLIMIT_FSIZE; 0 = unlimited.
         address_space_bytes: RLIMIT_AS, applied only when ``limit_address_space`` (CPU devices).
         new_netns: try an empty network namespace.
-        landlock: try Landlock filesystem/network/scope rules.
+        landlock: try Landlock filesystem rules; landlock_tcp: also deny TCP bind/connect (ABI >= 4);
+            landlock_scope: also stop signals to processes outside the sandbox (ABI >= 6).
     """
 
     private_dir: str
@@ -103,6 +104,8 @@ class SandboxConfig:
     limit_address_space: bool = False
     new_netns: bool = True
     landlock: bool = True
+    landlock_tcp: bool = True
+    landlock_scope: bool = True
     allow_network: bool = False
     applied: dict[str, str] = field(default_factory=dict)
 
@@ -133,7 +136,7 @@ def landlock_abi() -> int:
     return max(0, int(r))
 
 
-def _landlock(write_dirs: Iterable[str], deny_tcp: bool) -> str:
+def _landlock(write_dirs: Iterable[str], deny_tcp: bool, scope: bool = True) -> str:
     libc = _libc()
     abi = landlock_abi()
     if abi < 1:
@@ -144,7 +147,7 @@ def _landlock(write_dirs: Iterable[str], deny_tcp: bool) -> str:
     if abi >= 3:
         fs |= _FS_TRUNCATE
     net = (_NET_BIND | _NET_CONNECT) if (abi >= 4 and deny_tcp) else 0
-    scoped = _SCOPE_SIGNAL if abi >= 6 else 0
+    scoped = _SCOPE_SIGNAL if (abi >= 6 and scope) else 0
     # struct landlock_ruleset_attr { u64 handled_access_fs; u64 handled_access_net; u64 scoped; }
     if abi >= 6:
         attr = struct.pack("QQQ", fs, net, scoped)
@@ -216,8 +219,23 @@ def apply_sandbox(cfg: SandboxConfig) -> dict[str, str]:
     if cfg.landlock:
         dirs = [cfg.private_dir, *cfg.extra_write_dirs, "/dev"]
         try:
-            applied["landlock"] = _landlock(dirs, deny_tcp=not cfg.allow_network)
+            applied["landlock"] = _landlock(dirs, deny_tcp=cfg.landlock_tcp and not cfg.allow_network,
+                                            scope=cfg.landlock_scope)
         except Exception as e:  # never let a sandbox layer crash the worker
             applied["landlock"] = f"error {e}"
     Path(cfg.private_dir).mkdir(parents=True, exist_ok=True)
     return applied
+
+
+#: Sandbox layer sets from strongest to weakest. A device worker starts a probe process with each in
+#: turn and keeps the first under which the device still initialises (some GPU stacks need a
+#: layer off); the choice is recorded with every result.
+LAYER_SETS: tuple[dict[str, bool], ...] = (
+    {"new_netns": True, "landlock": True, "landlock_tcp": True, "landlock_scope": True},
+    {"new_netns": False, "landlock": True, "landlock_tcp": True, "landlock_scope": True},
+    {"new_netns": True, "landlock": True, "landlock_tcp": False, "landlock_scope": True},
+    {"new_netns": False, "landlock": True, "landlock_tcp": False, "landlock_scope": True},
+    {"new_netns": False, "landlock": True, "landlock_tcp": False, "landlock_scope": False},
+    {"new_netns": True, "landlock": False, "landlock_tcp": False, "landlock_scope": False},
+    {"new_netns": False, "landlock": False, "landlock_tcp": False, "landlock_scope": False},
+)

@@ -80,13 +80,16 @@ class TimerSettings:
 
     @classmethod
     def from_protocol(cls, protocol: Any, device: torch.device) -> "TimerSettings":
+        """Settings of ``protocol`` on ``device``; a CPU device uses the wall clock and at most 1 s of
+        adaptive timing (CPU runs are smoke tests of the pipeline, not kernel measurements)."""
         timer = protocol.timer if device.type == "cuda" else "wall"
         flush = 0
         if device.type == "cuda" and protocol.l2_flush != "none":
             flush = l2_flush_bytes_for(device, protocol.l2_flush, protocol.l2_flush_bytes)
         return cls(timer=timer, warmup=protocol.warmup, trials=protocol.trials, adaptive=protocol.adaptive,
                    max_trials=protocol.max_trials, target_ci_rel=protocol.target_ci_rel,
-                   time_budget_s=protocol.time_budget_s, discard_first=protocol.discard_first,
+                   time_budget_s=protocol.time_budget_s if device.type == "cuda" else min(1.0, protocol.time_budget_s),
+                   discard_first=protocol.discard_first,
                    statistic=protocol.statistic, l2_flush_bytes=flush, round_sig=protocol.round_sig)
 
 

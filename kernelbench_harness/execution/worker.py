@@ -35,12 +35,15 @@ import torch
 from . import timing as _timing  # captures the timer functions now, before any candidate import
 from .build import BuildRecord, CandidateBuildError, install_build_hooks
 from .channel import Channel
-from .guards import snapshot_global_flags
+from .guards import ProtectedSnapshot, ThreadWatch, run_watching_precision, snapshot_global_flags
 from .tensorio import decode_value, read_tensor, write_tensor
 
 __all__ = ["child_main", "run_job"]
 
 _allclose = torch.allclose
+_sleep = time.sleep
+_enumerate_threads = threading.enumerate
+_gettrace, _getprofile = sys.gettrace, sys.getprofile
 _equal = torch.equal
 _Tensor = torch.Tensor
 _type = type
@@ -78,11 +81,12 @@ class _LaunchCounter:
             counter = self
 
             def run(self_: Any, *args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
+                out = _orig(self_, *args, **kwargs)  # a launch that raised ran nothing: not counted
                 if not kwargs.get("warmup", False):
                     counter.triton += 1
                     name = getattr(getattr(self_, "fn", None), "__name__", None) or getattr(self_, "__name__", "?")
                     counter.names[name] = counter.names.get(name, 0) + 1
-                return _orig(self_, *args, **kwargs)
+                return out
 
             cls.run = run
             self.installed = getattr(self, "installed", {})
@@ -169,7 +173,13 @@ class _Job:
         self.launches = _LaunchCounter()
         self.phase_s: dict[str, float] = {}
         self.flags0 = snapshot_global_flags()
-        self.threads0 = {t.ident for t in threading.enumerate()}
+        self.threads0 = {t.ident for t in _enumerate_threads()}
+        self.thread_watch = ThreadWatch()
+        self.thread_watch.install()
+        # identities of timers, comparisons and the harness's own code, before any candidate code runs
+        self.protected = ProtectedSnapshot()
+        self.tampered: set[str] = set()
+        self.watched_precision = False
         self.model: Any = None
         self.sets_cache: dict[int, list[Any]] = {}
 
@@ -198,6 +208,16 @@ class _Job:
         for label in self.launches.intact():
             self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
                                           f"the harness's launch counter {label} was removed ({where})"))
+        changed = [n for n in self.protected.changed() if n not in self.tampered]
+        if changed:
+            self.tampered.update(changed)
+            self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+                                          f"replaced ({where}): " + ", ".join(changed[:12]), replaced=changed[:50]))
+        if _gettrace() is not None or _getprofile() is not None or \
+                getattr(threading, "_trace_hook", None) is not None or \
+                getattr(threading, "_profile_hook", None) is not None:
+            self.findings.append(_finding("runtime.trace-hook", "cheat", "introspection",
+                                          f"a trace or profile hook is installed ({where})"))
         flags = snapshot_global_flags()
         changed = {k: (self.flags0[k], v) for k, v in flags.items() if self.flags0.get(k) != v}
         if changed:
@@ -206,12 +226,13 @@ class _Job:
                                           ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items()),
                                           changed={k: list(v) for k, v in changed.items()}))
             self.flags0 = flags  # report each change once
-        alive = [t for t in threading.enumerate() if t.ident not in self.threads0 and t.is_alive()]
+        alive = {t.ident: t.name for t in _enumerate_threads() if t.ident not in self.threads0 and t.is_alive()}
+        alive.update({i: n for i, n in self.thread_watch.running().items() if i not in self.threads0})
         if alive:
             self.findings.append(_finding("runtime.threads", "cheat", "deferred-work",
                                           f"{len(alive)} thread(s) started by the candidate are alive ({where}): "
-                                          + ", ".join(t.name for t in alive)))
-            self.threads0 |= {t.ident for t in alive}
+                                          + ", ".join(sorted(alive.values()))))
+            self.threads0 |= set(alive)
 
     def load_set(self, idx: int) -> list[Any]:
         """Input set ``idx`` on the device, cast to the run's precision (floating tensors only,
@@ -357,7 +378,7 @@ class _Job:
                     o = o.detach()
                 # deferred work: does the output change after forward returned and the device is idle?
                 snap = o.clone()
-                time.sleep(0.02)
+                _sleep(0.02)
                 self.sync()
                 if not _equal(snap, o) and not (snap.is_floating_point() and
                                                 _equal(snap.isnan(), o.isnan()) and
@@ -411,11 +432,49 @@ class _Job:
         except Exception as e:  # profiler unavailable: the trusted side falls back to call counts
             return {"error": f"{type(e).__name__}: {e}"}
 
+    def watch_precision(self, idx: int) -> None:
+        """One extra call on input set ``idx`` with every PyTorch operation watched for float16 /
+        bfloat16 / float8 tensors and TF32 switches (fp32 runs only; EXPLOITS K-08). Catches lower
+        precision the source scan cannot see (dtypes reached through computed names, say)."""
+        if self.watched_precision or self.precision != torch.float32:
+            return
+        self.watched_precision = True
+        args = [x.clone() if _isinstance(x, torch.Tensor) else x for x in self.load_set(idx)]
+        try:
+            evidence, _ = run_watching_precision(lambda: self.call(args))
+            self.sync()
+        except Exception:  # the extra call failed under the watch: no evidence either way
+            return
+        if evidence:
+            self.findings.append(_finding("runtime.precision", "policy", "precision",
+                                          "lower-precision arithmetic in an fp32 run: " + "; ".join(evidence[:6]),
+                                          ops=evidence))
+
     def time_it(self) -> None:
         # private copies: the in-place recheck later overwrites them with fresh values
         sets = [[x.clone() if _isinstance(x, torch.Tensor) else x for x in self.load_set(i)]
                 for i in self.job["timing_sets"]]
         k = len(sets)
+        base = [[x.clone() if _isinstance(x, torch.Tensor) else x for x in s] for s in sets]
+        last_scale: list[float | None] = [None] * k
+        trial = [0]
+
+        def refresh() -> None:
+            """Before each timed trial, outside the timed region: new values in the buffers of the set
+            about to be used (floating inputs scaled by a factor never used before in this run, other
+            tensors' version counters bumped), so a result cached by address, identity, version or
+            contents is never what gets timed (EXPLOITS K-16)."""
+            i = trial[0]
+            trial[0] += 1
+            j, r = i % k, i // k
+            scale = 1.0 + (1 if r % 2 else -1) * ((r // 2) % 1000 + 1) * 2.0 ** -17
+            for buf, src in zip(sets[j], base[j]):
+                if _isinstance(buf, torch.Tensor):
+                    if buf.is_floating_point():
+                        torch.mul(src, scale, out=buf)
+                    else:
+                        torch.autograd.graph.increment_version(buf)
+            last_scale[j] = scale
         settings = _timing.TimerSettings(**self.job["timer"])
         model = self.model
 
@@ -429,8 +488,17 @@ class _Job:
 
         t0 = time.perf_counter()
         with _Forbid(bool(self.protocol.get("forbid_functional"))):
-            stats, info = _timing.time_callable(fn, self.device, settings)
+            stats, info = _timing.time_callable(fn, self.device, settings, between=refresh)
         self.phase_s["time"] = time.perf_counter() - t0
+        self.sync()
+        for j in range(k):  # inputs unchanged by the timed calls?
+            for n, (buf, src) in enumerate(zip(sets[j], base[j])):
+                if not _isinstance(buf, torch.Tensor):
+                    continue
+                want = src if last_scale[j] is None or not buf.is_floating_point() else torch.mul(src, last_scale[j])
+                if not _same(buf, want):
+                    self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
+                                                  f"forward wrote into input {n} during timing (set {j})"))
         self.timing_buffers = sets
         self.check_integrity("after timing")
         self.send({"event": "timing", "stats": stats.to_dict(), "info": info})
@@ -445,13 +513,39 @@ class _Job:
                 if _isinstance(b, torch.Tensor) and _isinstance(f, torch.Tensor) and b.shape == f.shape:
                     b.copy_(f)
             self.run_trial(idx, args=list(bufs), where="recheck_inplace")
+            for n, (b, f) in enumerate(zip(bufs, fresh)):
+                if _isinstance(b, torch.Tensor) and _isinstance(f, torch.Tensor) and b.shape == f.shape and \
+                        not _same(b, f.to(b.dtype)):
+                    self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
+                                                  f"forward wrote into input {n} (recheck in the timing buffers)"))
         else:
             self.run_trial(idx, where="recheck")
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values (NaN equal to NaN) and shape."""
+    if a.shape != b.shape:
+        return False
+    if _equal(a, b):
+        return True
+    return bool(a.is_floating_point() and _equal(a.isnan(), b.isnan()) and _equal(a.nan_to_num(), b.nan_to_num()))
 
 
 def run_job(chan: Channel, job: dict[str, Any]) -> int:
     """Run one job (mode ``build`` or ``eval``) over ``chan``; returns the process exit code."""
     j = _Job(chan, job)
+    if job.get("mode") == "probe":
+        try:
+            if j.device.type == "cuda":
+                torch.cuda.init()
+                x = torch.ones(4, device=j.device)
+                ok = float(x.sum().item()) == 4.0
+            else:
+                ok = True
+            chan.send({"event": "probe", "ok": ok})
+        except BaseException as e:
+            chan.send({"event": "probe", "ok": False, "error": f"{type(e).__name__}: {e}"[:2000]})
+        return 0
     try:
         mod = j.build()
         if mod is None or job.get("mode") == "build":
@@ -463,6 +557,7 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
             cmd = chan.recv()
             if cmd.get("cmd") != "next":
                 break
+        j.watch_precision(0)  # its findings travel with the next message
         while True:
             cmd = chan.recv()
             c = cmd.get("cmd")
@@ -499,6 +594,18 @@ def child_main(sock_fd: int, job: dict[str, Any], sandbox: dict[str, Any] | None
 
     sock = socket.socket(fileno=sock_fd)
     chan = Channel(sock)
+    # every tool's scratch and cache goes into the private folder (the only place it may write)
+    jd = Path(job["job_dir"])
+    for sub in ("home", "tmp", "build", "cache"):
+        (jd / sub).mkdir(parents=True, exist_ok=True)
+    os.environ.update({"HOME": str(jd / "home"), "TMPDIR": str(jd / "tmp"), "TEMP": str(jd / "tmp"),
+                       "TMP": str(jd / "tmp"), "XDG_CACHE_HOME": str(jd / "cache"),
+                       "TORCH_EXTENSIONS_DIR": str(jd / "build"), "TRITON_CACHE_DIR": str(jd / "cache" / "triton"),
+                       "TORCHINDUCTOR_CACHE_DIR": str(jd / "cache" / "inductor"),
+                       "CUDA_CACHE_PATH": str(jd / "cache" / "nv"), "PYTHONPYCACHEPREFIX": str(jd / "cache" / "py")})
+    import tempfile
+
+    tempfile.tempdir = None
     applied: dict[str, str] = {}
     if sandbox:
         applied = apply_sandbox(SandboxConfig(**sandbox))

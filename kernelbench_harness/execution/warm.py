@@ -1,0 +1,110 @@
+"""Warming torch.compile's on-disk caches for the baselines, in parallel, before any timing.
+
+Compiling a reference with torch.compile costs seconds to tens of seconds per problem (PROTOCOLS.md
+section 6: about 10 s of a 14 s baseline on an H200). Timing must own the GPU, but compiling need
+not: :func:`warm_compile` compiles every problem's reference in a pool of processes, each calling the
+compiled model once, so inductor's FX-graph and Triton caches on disk are full when the device slot
+later compiles the same model and times it. Nothing is timed here, and this runs before the device
+slots start timing, so no timing shares the GPU with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+import multiprocessing as mp
+
+from ..core import Problem
+
+__all__ = ["warm_compile"]
+
+log = logging.getLogger(__name__)
+
+
+def _init(device_index: str | None, threads: int) -> None:
+    if device_index is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device_index
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))
+
+
+def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: bool, device: str,
+              seed: int) -> dict[str, Any]:
+    import types
+
+    import torch
+
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    out: dict[str, Any] = {}
+    mod = types.ModuleType("kb_warm")
+    try:
+        exec(compile(code, name, "exec"), mod.__dict__)
+        torch.manual_seed(seed)
+        model = mod.Model(*mod.get_init_inputs()).to(device)
+        if dtype != torch.float32:
+            model = model.to(dtype)
+        torch.manual_seed(seed + 1)
+        args = [a.to(device).to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else
+                (a.to(device) if isinstance(a, torch.Tensor) else a) for a in mod.get_inputs()]
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"[:500]}
+    for m in modes:
+        t0 = time.perf_counter()
+        try:
+            torch._dynamo.reset()
+            cm = torch.compile(model, mode=m)
+            with (torch.no_grad() if no_grad else torch.enable_grad()):
+                cm(*args)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            out[m] = round(time.perf_counter() - t0, 3)
+        except Exception as e:
+            out[m] = f"error {type(e).__name__}: {e}"[:300]
+    del model, args
+    torch._dynamo.reset()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return out
+
+
+def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], no_grad: bool,
+                 device_index: str | None, workers: int, seed: int = 0,
+                 timeout_s: float = 1800.0) -> dict[str, Any]:
+    """Compile every problem's reference with torch.compile in ``modes`` in ``workers`` processes.
+
+    Args:
+        problems: problems whose baselines are not cached yet.
+        precision: run precision (``fp32``...); modes: torch.compile modes (``default``...).
+        no_grad: call under ``torch.no_grad`` (as the baseline timing does).
+        device_index: GPU index (as in ``CUDA_VISIBLE_DEVICES``) or None for the CPU.
+        workers: processes (each limited to a few inductor compile threads).
+
+    Returns:
+        ``{problem.key: {mode: seconds or error}}``, plus ``"_wall_s"``.
+    """
+    t0 = time.perf_counter()
+    res: dict[str, Any] = {}
+    if not problems or workers <= 0:
+        return {"_wall_s": 0.0}
+    device = "cuda:0" if device_index is not None else "cpu"
+    ncpu = os.cpu_count() or 1
+    threads = max(1, ncpu // max(1, workers))
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init,
+                             initargs=(device_index, threads)) as ex:
+        futs = {ex.submit(_warm_one, p.code, p.file_name, precision, modes, no_grad, device, seed): p
+                for p in problems}
+        try:
+            for f in as_completed(futs, timeout=timeout_s):
+                p = futs[f]
+                try:
+                    res[p.key] = f.result()
+                except Exception as e:  # a worker died (segfault in a reference, say)
+                    res[p.key] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        except TimeoutError:
+            log.warning("torch.compile warm-up did not finish within %.0f s", timeout_s)
+    res["_wall_s"] = round(time.perf_counter() - t0, 2)
+    return res
