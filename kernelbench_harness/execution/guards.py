@@ -1,87 +1,161 @@
 """Integrity checks on candidates: static analysis of the source, and runtime checks.
 
 Static analysis reads the candidate's AST (and the kernel source strings it carries); it never
-imports the candidate. Each finding names its check, a severity and a verdict tag (EXPLOITS.md):
+imports the candidate. Module aliases are resolved (``import time as clock``, ``from torch.backends
+import cudnn``), so a check sees ``clock.perf_counter = ...`` as ``time.perf_counter = ...``. Each
+finding names its check, a severity and a verdict tag (EXPLOITS.md):
 
 =========================  ===========  =========================================================
 check                      severity     what it looks for
 =========================  ===========  =========================================================
 static.reference-use       cheat        the reference ``Model`` named, called or subclassed
 static.no-kernel           cheat        no custom kernel at all (no load_inline / triton.jit ...)
-static.fallback            warn         try/except around a kernel whose handler runs PyTorch ops
-static.threads             cheat        threads, processes, executors, ``os.fork``
-static.timer-tamper        cheat        assignment to timers or comparison functions
+static.fallback            warn         try/except around a kernel launch whose handler does not
+                                        re-raise (the runtime launch count decides; this names the
+                                        verdict's tag ``no-custom-kernel``)
+static.threads             cheat        threads, processes, executors, ``os.fork``, timer signals,
+                                        threads started from kernel sources (``std::thread`` ...)
+static.timer-tamper        cheat        assignment / ``setattr`` to timers, comparison functions or
+                                        library functions (``torch.*``, ``torch.Tensor.*`` ...)
 static.global-state        cheat        process-wide backend switches (TF32, cudnn.benchmark ...)
-static.tensor-subclass     cheat        ``torch.Tensor`` subclasses, ``__torch_function__`` ...
-static.introspection       cheat        gc, inspect, frames, ``sys.modules``, the harness package
+static.tensor-subclass     cheat        ``torch.Tensor`` subclasses (``class``, ``type()``,
+                                        ``_make_subclass``), ``__torch_function__`` ...
+static.introspection       cheat        gc, inspect, frames, ``sys.modules``, code objects, trace
+                                        hooks, ``eval`` / ``exec`` / ``__import__``, the harness
+                                        package, computed ``getattr`` on ``sys`` / ``builtins`` ...
 static.side-stream         warn         new CUDA streams (the timer checks what they do)
 static.precision           policy       half / bfloat16 / TF32 / tensor-core fp16 math
 static.subprocess          warn         subprocess / os.system
 static.network             cheat        sockets, HTTP clients
 =========================  ===========  =========================================================
 
-Runtime checks live in the worker (they need the live objects); helpers here snapshot and compare
-process-wide state.
+Runtime checks live in the worker (they need the live objects); the helpers at the end of this module
+(:class:`ProtectedSnapshot`, :class:`ThreadWatch`, :func:`run_watching_precision`,
+:func:`snapshot_global_flags`) snapshot and compare process-wide state inside the candidate process.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..core import Finding, Severity
 
 __all__ = [
-    "static_findings",
     "GLOBAL_FLAG_NAMES",
-    "snapshot_global_flags",
     "KERNEL_MARKERS",
+    "PRECISION_FLAG_NAMES",
+    "ProtectedSnapshot",
+    "ThreadWatch",
+    "run_watching_precision",
+    "snapshot_global_flags",
+    "static_findings",
 ]
 
 KERNEL_MARKERS = ("load_inline", "cpp_extension.load", "triton.jit", "@jit", "RawKernel", "cuda.jit",
                   "ElementwiseKernel", "numba", "tl.", "cupy", "cuda_sources", "__global__")
 
 _THREAD_CALLS = {"Thread", "Timer", "ThreadPoolExecutor", "ProcessPoolExecutor", "Process", "Pool", "fork",
-                 "start_new_thread", "_start_new_thread", "run_in_executor", "forkpty", "spawn"}
-_THREAD_MODULES = {"threading", "_thread", "multiprocessing", "concurrent", "concurrent.futures", "asyncio"}
+                 "start_new_thread", "_start_new_thread", "start_joinable_thread", "run_in_executor", "forkpty",
+                 "spawn"}
+_THREAD_OWNERS = {"threading", "_thread", "multiprocessing", "os", "concurrent", "concurrent.futures", "pty",
+                  "asyncio", "torch.multiprocessing"}
+_THREAD_MODULES = {"threading", "_thread", "multiprocessing", "concurrent", "concurrent.futures", "asyncio",
+                   "torch.multiprocessing"}
+_SIGNAL_CALLS = {"signal.signal", "signal.setitimer", "signal.alarm", "signal.set_wakeup_fd", "signal.pthread_kill",
+                 "signal.raise_signal", "os.kill", "os.killpg"}
 _INTROSPECTION_MODULES = {"gc", "inspect", "traceback", "kernelbench_harness", "__main__", "builtins", "importlib"}
-_INTROSPECTION_ATTRS = {"_getframe", "getframe", "f_back", "f_globals", "f_locals", "get_objects", "get_referrers",
-                        "get_referents", "stack", "currentframe", "modules", "settrace", "setprofile",
-                        "__subclasses__", "__globals__", "gi_frame", "tb_frame", "__builtins__"}
+_INTROSPECTION_ATTRS = {"_getframe", "getframe", "f_back", "f_globals", "f_locals", "f_code", "get_objects",
+                        "get_referrers", "get_referents", "settrace", "setprofile", "addaudithook",
+                        "__subclasses__", "__globals__", "gi_frame", "cr_frame", "tb_frame", "__builtins__",
+                        "__code__", "__closure__", "cell_contents", "currentframe"}
+_INTROSPECTION_BUILTINS = {"globals", "__import__", "eval", "exec", "breakpoint"}
+# getattr / vars / __dict__ with a computed name on these is a lookup hidden from this scan
+_SENSITIVE_OWNERS = {"sys", "builtins", "__builtins__", "time", "os", "gc", "threading", "_thread", "importlib",
+                     "torch.backends", "torch.cuda", "torch.cuda.Event", "ctypes", "signal"}
 _TIMER_NAMES = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns",
-                "process_time", "elapsed_time", "Event", "synchronize", "record", "allclose", "isclose",
-                "equal", "assert_close", "assert_allclose", "testing", "do_bench", "max", "abs", "all", "any",
-                "__eq__", "__sub__"}
-_TIMER_OWNERS = {"time", "torch", "torch.cuda", "torch.cuda.Event", "cuda.Event", "Event", "torch.testing",
-                 "numpy", "np", "torch.Tensor", "Tensor", "triton.testing", "math", "builtins"}
+                "process_time", "process_time_ns", "thread_time", "sleep", "elapsed_time", "Event", "synchronize",
+                "record", "query", "allclose", "isclose", "equal", "assert_close", "assert_allclose", "testing",
+                "do_bench", "max", "abs", "all", "any", "__eq__", "__sub__", "profile"}
+_TIMER_OWNERS = {"time", "torch", "torch.cuda", "torch.cuda.Event", "torch.testing", "numpy", "torch.Tensor",
+                 "triton.testing", "math", "builtins", "torch.profiler", "torch.autograd.profiler", "json"}
+_LIBRARY_OWNERS = ("torch", "numpy", "triton", "time", "json", "socket", "builtins", "math", "threading")
 _GLOBAL_FLAG_FUNCS = {"set_float32_matmul_precision", "set_default_dtype", "set_flush_denormal",
                       "use_deterministic_algorithms", "set_default_tensor_type", "set_num_threads",
-                      "set_default_device", "set_per_process_memory_fraction", "set_rng_state"}
+                      "set_default_device", "set_per_process_memory_fraction", "set_rng_state",
+                      "set_num_interop_threads", "enable_flash_sdp", "enable_math_sdp", "enable_mem_efficient_sdp",
+                      "allow_fp16_bf16_reduction_math_sdp"}
+_GLOBAL_FLAG_ATTRS = {"allow_tf32", "benchmark", "deterministic", "allow_fp16_reduced_precision_reduction",
+                      "allow_bf16_reduced_precision_reduction", "allow_fp16_accumulation", "fp32_precision",
+                      "benchmark_limit"}
+_LOW_DTYPES = ("float16", "bfloat16", "half", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 _PRECISION_ATTRS = {"half", "bfloat16", "float16", "bf16", "fp16"}
 _PRECISION_KERNEL_RE = re.compile(r"\b(__half2?|__nv_bfloat162?|half2|__float2half|__half2float|__float2bfloat16|"
                                   r"wmma::|mma\.sync[^\n]*f16|tl\.float16|tl\.bfloat16|hmma|__hadd|__hmul|"
                                   r"input_precision\s*=\s*[\"'](tf32|tf32x3)|allow_tf32\s*=\s*True)\b")
 _STREAM_RE = re.compile(r"\b(cudaStreamCreate\w*|getStreamFromPool|cudaStreamNonBlocking|cudaLaunchHostFunc)\b")
+_KERNEL_THREAD_RE = re.compile(r"(\bstd::thread\b|\bstd::jthread\b|\bpthread_create\b|\bstd::async\b|"
+                               r"\.detach\s*\(\s*\))")
 _NETWORK_MODULES = {"socket", "urllib", "urllib.request", "http", "http.client", "requests", "httpx", "aiohttp",
                     "ftplib", "smtplib", "ssl"}
 
 
 def _dotted(node: ast.AST) -> str:
-    """``a.b.c`` for an attribute chain / name, else ''."""
+    """``a.b.c`` for an attribute chain / name (``k[grid]`` reads as ``k``), else ''."""
     parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
+    while True:
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        elif isinstance(node, ast.Subscript) and not parts:
+            node = node.value  # kernel[grid](...) launches kernel
+        else:
+            break
     if isinstance(node, ast.Name):
         parts.append(node.id)
         return ".".join(reversed(parts))
     return ""
 
 
+def _aliases(tree: ast.AST) -> dict[str, str]:
+    """Local name -> the module or object it names (``import torch.cuda as tc`` gives tc -> torch.cuda)."""
+    out: dict[str, str] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                if a.asname:
+                    out[a.asname] = a.name
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            for a in n.names:
+                if a.name != "*":
+                    out[a.asname or a.name] = f"{n.module}.{a.name}"
+    return out
+
+
+class _Names:
+    """Canonical dotted names: aliases resolved, ``import torch.backends.cudnn as x`` and friends."""
+
+    def __init__(self, tree: ast.AST) -> None:
+        self.aliases = _aliases(tree)
+
+    def __call__(self, node: ast.AST) -> str:
+        return self.canon(_dotted(node))
+
+    def canon(self, name: str) -> str:
+        if not name:
+            return ""
+        head, _, rest = name.partition(".")
+        target = self.aliases.get(head)
+        if target is None:
+            return name
+        return f"{target}.{rest}" if rest else target
+
+
 def _f(check: str, sev: Severity, tag: str, msg: str, node: ast.AST | None = None, **data: Any) -> Finding:
     if node is not None and hasattr(node, "lineno"):
-        data.setdefault("line", getattr(node, "lineno"))
+        data.setdefault("line", node.lineno)
     return Finding(check=check, severity=sev, tag=tag, message=msg, data=data)
 
 
@@ -105,33 +179,42 @@ def _has_kernel(tree: ast.AST, source: str) -> bool:
 
 
 def _kernel_call_names(tree: ast.AST) -> set[str]:
-    """Names bound to extensions / jitted kernels (module-level assignments from load_inline, jit defs)."""
+    """Names whose call launches a custom kernel: extensions bound from load_inline / load, jitted
+    kernels, and (two levels deep) functions and methods whose bodies call one of those."""
     names: set[str] = set()
+    funcs: dict[str, ast.AST] = {}
     for n in ast.walk(tree):
         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
             fn = _dotted(n.value.func)
-            if fn.endswith(("load_inline", "load")):
+            if fn.endswith(("load_inline", "load", "RawKernel", "RawModule")):
                 for t in n.targets:
-                    if isinstance(t, ast.Name):
-                        names.add(t.id)
+                    if isinstance(t, (ast.Name, ast.Attribute)):
+                        names.add(_dotted(t).split(".")[-1])
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            funcs[n.name] = n
             for d in n.decorator_list:
                 dn = _dotted(d.func if isinstance(d, ast.Call) else d)
                 if dn.endswith(("jit", "autotune", "heuristics")):
                     names.add(n.name)
+    for _ in range(2):
+        for fname, fnode in funcs.items():
+            if fname not in names and _launches(fnode, names):
+                names.add(fname)
     return names
 
 
-def _calls_torch(nodes: Iterable[ast.AST]) -> bool:
-    for stmt in nodes:
-        for n in ast.walk(stmt):
-            if isinstance(n, ast.Call):
-                name = _dotted(n.func)
-                if name.startswith(("torch.", "F.", "nn.", "self.", "super")) or name in ("torch",):
-                    return True
-            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
+def _launches(node: ast.AST, kernels: set[str]) -> bool:
+    """True when ``node`` calls something in ``kernels`` (by name, ``self.name`` or ``ext.fn``)."""
+    for c in ast.walk(node):
+        if isinstance(c, ast.Call):
+            parts = _dotted(c.func).split(".")
+            if parts[0] in kernels or (parts[0] == "self" and len(parts) > 1 and parts[1] in kernels):
                 return True
     return False
+
+
+def _reraises(handler: ast.ExceptHandler) -> bool:
+    return bool(handler.body) and isinstance(handler.body[-1], ast.Raise)
 
 
 def static_findings(source: str) -> list[Finding]:
@@ -146,8 +229,11 @@ def static_findings(source: str) -> list[Finding]:
         return [Finding("static.syntax", Severity.INFO, "", f"syntax error at line {e.lineno}: {e.msg}")]
     out: list[Finding] = []
     strings = _string_constants(tree)
+    canon = _Names(tree)
+    kernels = _kernel_call_names(tree)
+    called = {id(c.func) for c in ast.walk(tree) if isinstance(c, ast.Call)}  # ``x.modules()`` is a method call
 
-    # K-19: the reference, by name or as a base class
+    # imports; K-19: the reference, by name or as a base class
     for n in ast.walk(tree):
         if isinstance(n, ast.ClassDef):
             for b in n.bases:
@@ -156,8 +242,13 @@ def static_findings(source: str) -> list[Finding]:
                                   f"class {n.name} subclasses the reference Model", n))
         elif isinstance(n, ast.Name) and n.id == "Model" and isinstance(n.ctx, ast.Load):
             out.append(_f("static.reference-use", Severity.CHEAT, "no-custom-kernel", "uses the reference Model", n))
+        elif isinstance(n, ast.Name) and n.id == "__builtins__":
+            out.append(_f("static.introspection", Severity.CHEAT, "introspection", "uses __builtins__", n))
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            mods = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
+            if isinstance(n, ast.Import):
+                mods = [a.name for a in n.names]
+            else:
+                mods = [n.module or ""] + [f"{n.module}.{a.name}" for a in n.names if n.module]
             for m in mods:
                 root = m.split(".")[0]
                 if root in _THREAD_MODULES or m in _THREAD_MODULES:
@@ -170,65 +261,75 @@ def static_findings(source: str) -> list[Finding]:
                     out.append(_f("static.subprocess", Severity.WARN, "subprocess", f"imports {m}", n))
                 if root == "ctypes":
                     out.append(_f("static.introspection", Severity.WARN, "ctypes", "imports ctypes", n))
-            if isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == "kernelbench_harness":
-                pass  # already reported above
-    # calls
+    # calls, assignments, attributes, try/except
     for n in ast.walk(tree):
         if isinstance(n, ast.Call):
-            name = _dotted(n.func)
+            raw = _dotted(n.func)
+            name = canon.canon(raw)
             last = name.rsplit(".", 1)[-1]
-            if last in _THREAD_CALLS and (name.split(".")[0] in {"threading", "_thread", "multiprocessing", "os",
-                                                                   "concurrent", "futures", "mp", "pty", "asyncio",
-                                                                   "loop"} or last in {"Thread", "ThreadPoolExecutor",
-                                                                                       "ProcessPoolExecutor"}):
+            owner = name.rpartition(".")[0]
+            if last in _THREAD_CALLS and (owner.split(".")[0] in _THREAD_OWNERS or owner in _THREAD_OWNERS or
+                                          last in {"Thread", "ThreadPoolExecutor", "ProcessPoolExecutor"}):
                 out.append(_f("static.threads", Severity.CHEAT, "deferred-work", f"calls {name}()", n))
+            if name in _SIGNAL_CALLS:
+                out.append(_f("static.threads", Severity.CHEAT, "deferred-work",
+                              f"calls {name}() (work triggered after forward returns)", n))
             if name in ("os.system", "os.popen", "os.execv", "os.execve", "os.spawnv") or name.startswith("subprocess."):
                 out.append(_f("static.subprocess", Severity.WARN, "subprocess", f"calls {name}()", n))
             if last in _GLOBAL_FLAG_FUNCS and name.startswith(("torch", "cuda")):
                 out.append(_f("static.global-state", Severity.CHEAT, "global-state", f"calls {name}()", n))
-            if name in ("setattr", "builtins.setattr") and n.args:
-                tgt = _dotted(n.args[0])
-                attr = n.args[1].value if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) else ""
-                if tgt in _TIMER_OWNERS or str(attr) in _TIMER_NAMES:
-                    out.append(_f("static.timer-tamper", Severity.CHEAT, "timer-tamper",
-                                  f"setattr on {tgt}.{attr}", n))
+            if raw in ("setattr", "builtins.setattr", "object.__setattr__") and n.args:
+                tgt = canon(n.args[0])
+                a1 = n.args[1] if len(n.args) > 1 else None
+                attr = a1.value if isinstance(a1, ast.Constant) else None
                 if tgt.startswith("torch.backends"):
-                    out.append(_f("static.global-state", Severity.CHEAT, "global-state", f"setattr on {tgt}", n))
+                    out.append(_f("static.global-state", Severity.CHEAT, "global-state",
+                                  f"setattr on {tgt}.{attr if attr is not None else '<computed>'}", n))
+                elif tgt in _TIMER_OWNERS or str(attr) in _TIMER_NAMES or \
+                        (attr is None and tgt.split(".")[0] in _LIBRARY_OWNERS):
+                    out.append(_f("static.timer-tamper", Severity.CHEAT, "timer-tamper",
+                                  f"setattr on {tgt or '<expression>'}.{attr if attr is not None else '<computed>'}", n))
+            if raw in ("getattr", "vars") and n.args:
+                tgt = canon(n.args[0])
+                computed = raw == "vars" or (len(n.args) > 1 and not isinstance(n.args[1], ast.Constant))
+                if computed and tgt in _SENSITIVE_OWNERS:
+                    out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                                  f"{raw}() with a computed name on {tgt}", n))
+            if raw == "type" and len(n.args) == 3:
+                bases = ast.unparse(n.args[1]) if hasattr(ast, "unparse") else ""
+                if "Tensor" in bases or not isinstance(n.args[1], ast.Tuple):
+                    out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
+                                  f"creates a class with type() from {bases[:60]}", n))
             if last in ("_make_subclass", "_make_wrapper_subclass", "as_subclass"):
                 out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor", f"calls {name}()", n))
-            if name in ("globals", "vars", "locals", "__import__", "eval", "exec", "compile", "getattr") and \
-                    name in ("globals", "__import__", "eval", "exec"):
-                out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"calls {name}()", n))
+            if raw in _INTROSPECTION_BUILTINS and raw not in canon.aliases:
+                out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"calls {raw}()", n))
             if last == "Stream" and name.startswith(("torch.cuda", "cuda", "torch")):
                 out.append(_f("static.side-stream", Severity.WARN, "side-stream", f"creates a stream: {name}()", n))
             if last in _PRECISION_ATTRS and isinstance(n.func, ast.Attribute):
                 out.append(_f("static.precision", Severity.POLICY, "precision", f"casts with .{last}()", n))
-            if last in ("to", "type") and any(_dotted(a).endswith(("float16", "bfloat16", "half")) for a in n.args):
-                out.append(_f("static.precision", Severity.POLICY, "precision", f"casts to lower precision", n))
+            if last in ("to", "type") and any(_dotted(a).endswith(_LOW_DTYPES) for a in n.args):
+                out.append(_f("static.precision", Severity.POLICY, "precision", "casts to lower precision", n))
+            if any(k.arg == "dtype" and _dotted(k.value).endswith(_LOW_DTYPES) for k in n.keywords):
+                out.append(_f("static.precision", Severity.POLICY, "precision",
+                              f"{name or 'a call'}(dtype=lower precision)", n))
             if last == "autocast":
                 out.append(_f("static.precision", Severity.POLICY, "precision", "uses autocast", n))
         elif isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
             for t in targets:
-                name = _dotted(t)
-                if not name or "." not in name:
-                    continue
-                owner, attr = name.rsplit(".", 1)
-                if name.startswith("torch.backends") or attr in ("allow_tf32", "benchmark", "deterministic",
-                                                                 "allow_fp16_reduced_precision_reduction",
-                                                                 "allow_bf16_reduced_precision_reduction"):
-                    out.append(_f("static.global-state", Severity.CHEAT, "global-state", f"assigns {name}", n))
-                elif attr in _TIMER_NAMES and (owner in _TIMER_OWNERS or owner.startswith(("torch", "time", "np",
-                                                                                           "numpy", "triton"))):
-                    out.append(_f("static.timer-tamper", Severity.CHEAT, "timer-tamper", f"assigns {name}", n))
-                elif owner in ("torch", "torch.Tensor", "Tensor", "torch.nn.functional", "F", "torch.cuda") and \
-                        isinstance(n, ast.Assign):
-                    out.append(_f("static.timer-tamper", Severity.CHEAT, "timer-tamper",
-                                  f"replaces library function {name}", n))
+                for tt in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                    _check_store(canon(tt), n, out)
+        elif isinstance(n, ast.Delete):
+            for t in n.targets:
+                name = canon(t)
+                if "." in name and name.split(".")[0] in _LIBRARY_OWNERS:
+                    out.append(_f("static.timer-tamper", Severity.CHEAT, "timer-tamper", f"deletes {name}", n))
         elif isinstance(n, ast.ClassDef):
             for b in n.bases:
-                bn = _dotted(b)
-                if bn in ("torch.Tensor", "Tensor") or bn.endswith("._C.TensorBase") or bn == "TensorBase":
+                bn = canon(b)
+                if bn in ("torch.Tensor", "Tensor", "torch.nn.Parameter") or bn.endswith("._C.TensorBase") or \
+                        bn == "TensorBase":
                     out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
                                   f"class {n.name} subclasses {bn}", n))
             for item in n.body:
@@ -237,20 +338,18 @@ def static_findings(source: str) -> list[Finding]:
                     out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
                                   f"class {n.name} defines {item.name}", item))
         elif isinstance(n, ast.Attribute):
-            owner = _dotted(n.value)
-            if (n.attr in _INTROSPECTION_ATTRS - {"modules", "stack", "getframe"}) or \
-                    (n.attr == "modules" and owner == "sys") or (n.attr == "stack" and owner == "inspect"):
+            owner = canon(n.value)
+            if n.attr in _INTROSPECTION_ATTRS or (n.attr == "modules" and (owner == "sys" or id(n) not in called)) or \
+                    (n.attr == "stack" and owner == "inspect") or \
+                    (n.attr == "__dict__" and owner in _SENSITIVE_OWNERS):
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection",
                               f"uses {_dotted(n) or n.attr}", n))
         elif isinstance(n, ast.Try):
-            kernels = _kernel_call_names(tree)
-            body_calls = {(_dotted(c.func).split(".")[0]) for s in n.body for c in ast.walk(s) if isinstance(c, ast.Call)}
-            handler_body = [s for h in n.handlers for s in h.body]
-            if (kernels & body_calls or "load_inline" in {_dotted(c.func).rsplit(".", 1)[-1] for s in n.body
-                                                          for c in ast.walk(s) if isinstance(c, ast.Call)}) \
-                    and _calls_torch(handler_body):
+            builds = any(isinstance(c, ast.Call) and _dotted(c.func).endswith(("load_inline", "cpp_extension.load"))
+                         for st in n.body for c in ast.walk(st))
+            if (builds or any(_launches(st, kernels) for st in n.body)) and any(not _reraises(h) for h in n.handlers):
                 out.append(_f("static.fallback", Severity.WARN, "no-custom-kernel",
-                              "try/except around a kernel falls back to PyTorch ops", n))
+                              "try/except around a kernel build or launch whose handler does not re-raise (a fallback)", n))
     if _PRECISION_KERNEL_RE.search(strings) or _PRECISION_KERNEL_RE.search(source):
         m = _PRECISION_KERNEL_RE.search(strings) or _PRECISION_KERNEL_RE.search(source)
         out.append(Finding("static.precision", Severity.POLICY, "precision",
@@ -258,10 +357,28 @@ def static_findings(source: str) -> list[Finding]:
     if _STREAM_RE.search(strings):
         out.append(Finding("static.side-stream", Severity.WARN, "side-stream",
                            f"kernel source creates or uses its own stream: {_STREAM_RE.search(strings).group(0)}"))
+    m = _KERNEL_THREAD_RE.search(strings)
+    if m:
+        out.append(Finding("static.threads", Severity.CHEAT, "deferred-work",
+                           f"kernel source starts a host thread: {m.group(0)!r}"))
     if not _has_kernel(tree, source):
         out.append(Finding("static.no-kernel", Severity.CHEAT, "no-custom-kernel",
                            "no custom kernel found (no load_inline, triton.jit or other kernel compiler)"))
     return _dedupe(out)
+
+
+def _check_store(name: str, node: ast.AST, out: list[Finding]) -> None:
+    """Assignment to ``name`` (canonical): switches, timers, library functions."""
+    if not name or "." not in name:
+        return
+    owner, attr = name.rsplit(".", 1)
+    if name.startswith("torch.backends") or attr in _GLOBAL_FLAG_ATTRS:
+        out.append(_f("static.global-state", Severity.CHEAT, "global-state", f"assigns {name}", node))
+    elif attr in _TIMER_NAMES and (owner in _TIMER_OWNERS or owner.startswith(("torch", "time", "numpy", "triton"))):
+        out.append(_f("static.timer-tamper", Severity.CHEAT, "timer-tamper", f"assigns {name}", node))
+    elif owner.split(".")[0] in _LIBRARY_OWNERS and isinstance(node, ast.Assign) and \
+            not owner.startswith(("torch.nn.Module", "self")):
+        out.append(_f("static.timer-tamper", Severity.CHEAT, "timer-tamper", f"replaces library object {name}", node))
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
@@ -283,25 +400,255 @@ GLOBAL_FLAG_NAMES = (
     "torch.backends.cudnn.enabled",
     "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
     "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+    "torch.backends.cuda.matmul.allow_fp16_accumulation",
+    "torch.backends.fp32_precision",
+    "torch.backends.cuda.matmul.fp32_precision",
+    "torch.backends.cudnn.fp32_precision",
+    "torch.backends.cudnn.conv.fp32_precision",
+    "torch.backends.cudnn.rnn.fp32_precision",
+    "torch.backends.mkldnn.fp32_precision",
+    "torch.backends.mkldnn.matmul.fp32_precision",
+    "torch.backends.mkldnn.enabled",
     "torch.get_float32_matmul_precision",
     "torch.get_default_dtype",
     "torch.is_grad_enabled",
     "torch.are_deterministic_algorithms_enabled",
 )
+# The switches that make fp32 matmul / convolution run in TF32 or another lower precision.
+PRECISION_FLAG_NAMES = tuple(n for n in GLOBAL_FLAG_NAMES if "tf32" in n or "precision" in n)
 
 
-def snapshot_global_flags() -> dict[str, str]:
+def snapshot_global_flags(names: Iterable[str] = GLOBAL_FLAG_NAMES) -> dict[str, str]:
     """Current values of process-wide numeric switches (:data:`GLOBAL_FLAG_NAMES`), as strings."""
     import torch
 
     out: dict[str, str] = {}
-    for name in GLOBAL_FLAG_NAMES:
+    for name in names:
         parts = name.split(".")
         obj: Any = torch
         try:
             for p in parts[1:]:
                 obj = getattr(obj, p)
             out[name] = repr(obj() if callable(obj) else obj)
-        except Exception as e:  # attribute missing in this torch version
+        except Exception as e:  # noqa: BLE001 (attribute missing in this torch version, or no backend)
             out[name] = f"<unavailable: {type(e).__name__}>"
     return out
+
+
+# --- runtime helpers used inside the candidate process (see worker.py) ---------------------------
+
+# Library functions and classes the harness relies on in the candidate process, by owner: timers,
+# comparisons, tensor methods used to read outputs, serialisation, and the profiler.
+_PROTECTED_LIBRARY: dict[str, tuple[str, ...]] = {
+    "time": ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time",
+             "process_time_ns", "thread_time", "sleep"),
+    "torch": ("allclose", "equal", "isclose"),
+    "torch.Tensor": ("__eq__", "__ne__", "copy_", "cpu", "to", "clone", "contiguous", "detach", "numpy", "equal",
+                     "isnan", "nan_to_num", "as_subclass", "data_ptr", "__torch_function__", "element_size",
+                     "numel", "is_floating_point", "view"),
+    "torch.cuda": ("synchronize", "Event", "Stream", "current_stream", "default_stream"),
+    "torch.cuda.Event": ("elapsed_time", "record", "synchronize", "query", "__init__", "__new__"),
+    "torch.testing": ("assert_close",),
+    "torch.profiler": ("profile",),
+    "torch.autograd.profiler": ("profile",),
+    "triton.testing": ("do_bench",),
+    "numpy": ("ascontiguousarray", "frombuffer", "fromfile"),
+    "json": ("dumps", "loads"),
+    "socket.socket": ("sendall", "send", "recv"),
+    "threading": ("enumerate", "_start_new_thread", "Thread"),
+    "_thread": ("start_new_thread",),
+    "builtins": ("open", "isinstance", "type", "len", "zip", "getattr", "hasattr", "sum", "any", "all", "min",
+                 "max", "sorted", "repr", "print", "memoryview"),
+}
+# The harness's own modules loaded in the candidate process: every function, class and method in them.
+_HARNESS_MODULES = ("worker", "timing", "channel", "tensorio", "build", "guards")
+_MISSING = object()
+
+
+def _resolve(dotted: str) -> Any:
+    import importlib
+    import sys
+
+    mod_name, rest = dotted, ""
+    while mod_name and mod_name not in sys.modules:
+        mod_name, _, tail = mod_name.rpartition(".")
+        rest = f"{tail}.{rest}" if rest else tail
+    if not mod_name:
+        try:
+            return importlib.import_module(dotted)
+        except ImportError:
+            return _MISSING
+    obj: Any = sys.modules[mod_name]
+    for part in rest.split(".") if rest else ():
+        obj = getattr(obj, part, _MISSING)
+        if obj is _MISSING:
+            return _MISSING
+    return obj
+
+
+class ProtectedSnapshot:
+    """Identities of the objects the harness relies on in the candidate process, taken before any
+    candidate code runs; :meth:`changed` names those replaced since (EXPLOITS K-14).
+
+    Attributes are read with ``inspect.getattr_static`` (no descriptors run, no candidate code is
+    triggered). Python functions also have their ``__code__``, ``__defaults__`` and ``__kwdefaults__``
+    recorded, so swapping a function's code object in place is seen as well.
+    """
+
+    def __init__(self, extra: dict[str, tuple[Any, str]] | None = None) -> None:
+        import inspect
+
+        self._getattr_static = inspect.getattr_static
+        self._entries: list[tuple[str, Any, str, Any, tuple[Any, ...]]] = []
+        for owner_name, attrs in _PROTECTED_LIBRARY.items():
+            owner = _resolve(owner_name)
+            if owner is _MISSING:
+                continue
+            for attr in attrs:
+                self._add(f"{owner_name}.{attr}", owner, attr)
+        pkg = __name__.rpartition(".")[0]
+        import sys
+
+        for short in _HARNESS_MODULES:
+            mod = sys.modules.get(f"{pkg}.{short}")
+            if mod is None:
+                continue
+            for attr, value in list(vars(mod).items()):
+                if attr.startswith("__") or not callable(value):
+                    continue
+                self._add(f"{mod.__name__}.{attr}", mod, attr)
+                if isinstance(value, type) and value.__module__ == mod.__name__:
+                    for m_name, m_val in list(vars(value).items()):
+                        if callable(m_val) or isinstance(m_val, (staticmethod, classmethod, property)):
+                            self._add(f"{mod.__name__}.{attr}.{m_name}", value, m_name)
+        for label, (owner, attr) in (extra or {}).items():
+            self._add(label, owner, attr)
+
+    def _add(self, label: str, owner: Any, attr: str) -> None:
+        try:
+            value = self._getattr_static(owner, attr)
+        except AttributeError:
+            return
+        self._entries.append((label, owner, attr, value, _code_parts(value)))
+
+    def changed(self) -> list[str]:
+        """Labels of protected objects that were replaced, removed, or had their code swapped."""
+        out = []
+        for label, owner, attr, value, parts in self._entries:
+            try:
+                now = self._getattr_static(owner, attr)
+            except AttributeError:
+                now = _MISSING
+            if now is not value or _code_parts(now) != parts:
+                out.append(label)
+        return out
+
+
+def _code_parts(obj: Any) -> tuple[Any, ...]:
+    fn = getattr(obj, "__func__", obj)  # classmethod / staticmethod
+    if isinstance(fn, property):
+        fn = fn.fget
+    code = getattr(fn, "__code__", None) if not isinstance(fn, type) else None
+    if code is None:
+        return ()
+    return (id(code), id(getattr(fn, "__defaults__", None)), id(getattr(fn, "__kwdefaults__", None)))
+
+
+class ThreadWatch:
+    """Tracks threads started by Python code after :meth:`install`, however they were started
+    (``threading``, ``concurrent.futures``, or ``_thread.start_new_thread`` directly), while they run."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, str] = {}
+        self.started = 0
+        self.hook: Any = None
+
+    def install(self) -> None:
+        import _thread
+        import threading
+
+        original = _thread.start_new_thread
+        watch = self
+
+        def start_new_thread(function: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> int:
+            name = getattr(function, "__qualname__", repr(function))
+            target = getattr(getattr(function, "__self__", None), "_target", None)
+            if target is not None:
+                name = f"{name} -> {getattr(target, '__qualname__', repr(target))}"
+
+            def run(*a: Any, **k: Any) -> Any:
+                ident = _thread.get_ident()
+                watch.live[ident] = name
+                try:
+                    return function(*a, **k)
+                finally:
+                    watch.live.pop(ident, None)
+
+            watch.started += 1
+            return original(run, args, kwargs or {})
+
+        _thread.start_new_thread = start_new_thread
+        threading._start_new_thread = start_new_thread  # type: ignore[attr-defined]
+        self.hook = start_new_thread
+
+    def running(self) -> dict[int, str]:
+        """Threads started since :meth:`install` that are still running, by ident."""
+        return dict(self.live)
+
+
+# Operations whose fp32 arithmetic the TF32 / reduced-precision switches change.
+_FLAG_SENSITIVE = ("mm", "matmul", "conv", "linear", "einsum", "tensordot", "dot", "scaled_dot_product", "rnn",
+                   "lstm", "gru", "attention", "bilinear")
+
+
+def run_watching_precision(call: Any) -> tuple[list[str], Any]:
+    """Run ``call()`` while watching every PyTorch call made from Python for lower precision.
+
+    Returns ``(evidence, result)``: ``evidence`` lists calls that consumed or produced float16 /
+    bfloat16 / float8 tensors, and TF32-style switches found changed during a call (a candidate can
+    flip one on and back off inside ``forward``). A ``TorchFunctionMode`` sees calls made from Python
+    (tensor methods, ``torch.*``, ``torch.nn.functional``), not what a custom kernel does inside; the
+    source scan covers kernel sources.
+
+    Raises:
+        whatever ``call`` raises.
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    low = {torch.float16, torch.bfloat16}
+    low |= {d for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+            if (d := getattr(torch, n, None)) is not None}
+    flags0 = snapshot_global_flags(PRECISION_FLAG_NAMES)
+    seen: dict[str, int] = {}
+
+    def lowered(obj: Any, depth: int = 0) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj.dtype if obj.dtype in low else None
+        if isinstance(obj, torch.dtype):
+            return obj if obj in low else None
+        if depth < 3 and isinstance(obj, (list, tuple)):
+            return next((d for o in obj if (d := lowered(o, depth + 1)) is not None), None)
+        if depth < 3 and isinstance(obj, dict):
+            return next((d for o in obj.values() if (d := lowered(o, depth + 1)) is not None), None)
+        return None
+
+    class _Watch(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+            dtype = lowered((args, kwargs, out))
+            if dtype is not None:
+                key = f"{name} with {dtype}"
+                seen[key] = seen.get(key, 0) + 1
+            if len(seen) < 64 and any(m in name.lower() for m in _FLAG_SENSITIVE):
+                for k, v in snapshot_global_flags(PRECISION_FLAG_NAMES).items():
+                    if v != flags0[k]:
+                        key = f"{k} = {v} during {name}"
+                        seen[key] = seen.get(key, 0) + 1
+            return out
+
+    with _Watch():
+        result = call()
+    return [f"{k} (x{n})" for k, n in sorted(seen.items())][:20], result
