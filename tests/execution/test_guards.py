@@ -1,0 +1,207 @@
+"""The static source checks (``guards.static_findings``): what they must flag, written many ways, and
+what legitimate kernels look like, which they must not flag as cheating.
+
+The runtime half of each defence is exercised end to end in ``tests/exploits``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernelbench_harness.core import Severity
+from kernelbench_harness.execution.guards import static_findings
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("KBENCH_SHARED", REPO.parent / "shared"))
+
+# A legitimate Triton candidate around which the snippets below are placed.
+_BASE = '''\
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.utils.cpp_extension import load_inline
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 1024})], key=["n"])
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, s, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * s, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer0 = nn.Linear(4, 4)
+
+    def forward(self, x):
+{body}
+'''
+
+
+def _src(body: str, head: str = "") -> str:
+    return head + _BASE.replace("{body}", textwrap.indent(textwrap.dedent(body).strip(), " " * 8))
+
+
+def _kinds(source: str, severity: Severity = Severity.CHEAT) -> set[str]:
+    return {f.tag for f in static_findings(source) if f.severity is severity}
+
+
+LEGITIMATE = {
+    "math and streams": """
+        stream = torch.cuda.current_stream()
+        torch.cuda.synchronize()
+        n = math.prod(x.shape)
+        out = torch.empty_like(x)
+        scale_kernel[(triton.cdiv(n, 1024),)](x, out, n, 2.0)
+        return out
+    """,
+    "module helpers": """
+        for m in self.modules():
+            pass
+        layer = getattr(self, f"layer{0}")
+        if x.dtype == torch.float16 or torch.backends.cudnn.benchmark:
+            x = x.float()
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return F.gelu(layer(x)) + y.zero_()
+    """,
+    "timing comparisons read, not replaced": """
+        with torch.no_grad():
+            ok = torch.allclose(x, x)
+        t = torch.cuda.Event(enable_timing=True)
+        return x if ok else x * 0
+    """,
+}
+
+CPP_LEGITIMATE = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = """
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void k(const float* x, float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i]; }
+torch::Tensor f(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    auto stream = at::cuda::getCurrentCUDAStream();
+    AT_DISPATCH_FLOATING_TYPES_AND_HALF(x.scalar_type(), "f", [&] {});
+    k<<<(x.numel() + 255) / 256, 256, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    cudaDeviceSynchronize();
+    return y;
+}
+"""
+ext = load_inline(name="copy_ext", cpp_sources="torch::Tensor f(torch::Tensor x);", cuda_sources=cuda_src,
+                  functions=["f"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.f(x)
+'''
+
+
+@pytest.mark.parametrize("body", LEGITIMATE.values(), ids=LEGITIMATE.keys())
+def test_legitimate_idioms_are_not_flagged(body: str) -> None:
+    findings = [f for f in static_findings(_src(body)) if f.severity is not Severity.INFO]
+    assert findings == [], findings
+
+
+def test_legitimate_cuda_extension_is_not_flagged() -> None:
+    findings = [f for f in static_findings(CPP_LEGITIMATE) if f.severity is not Severity.INFO]
+    assert findings == [], findings
+
+
+FLAGGED = [
+    # (head, body, severity, tag)
+    ("import time as clock\n", "clock.perf_counter = lambda: 0.0\nreturn x", Severity.CHEAT, "timer-tamper"),
+    ("import torch.cuda as tc\n", "tc.Event.elapsed_time = lambda a, b: 0.0\nreturn x", Severity.CHEAT,
+     "timer-tamper"),
+    ("from torch import testing\n", "testing.assert_close = print\nreturn x", Severity.CHEAT, "timer-tamper"),
+    ("", 'setattr(torch, "allclose", lambda *a, **k: True)\nreturn x', Severity.CHEAT, "timer-tamper"),
+    ("import time\n", 'setattr(time, "perf_" + "counter", lambda: 0.0)\nreturn x', Severity.CHEAT, "timer-tamper"),
+    ("", "torch.Tensor.__eq__ = lambda a, b: True\nreturn x", Severity.CHEAT, "timer-tamper"),
+    ("from torch.backends import cudnn as dnn\n", "dnn.benchmark = True\nreturn x", Severity.CHEAT,
+     "global-state"),
+    ("", 'setattr(torch.backends.cuda.matmul, "allow_tf32", True)\nreturn x', Severity.CHEAT, "global-state"),
+    ("import torch as T\n", 'T.set_float32_matmul_precision("high")\nreturn x', Severity.CHEAT, "global-state"),
+    ("", "torch.backends.fp32_precision = 'tf32'\nreturn x", Severity.CHEAT, "global-state"),
+    ("import _thread\n", "_thread.start_new_thread(print, ())\nreturn x", Severity.CHEAT, "deferred-work"),
+    ("from concurrent import futures\n", "futures.ThreadPoolExecutor(1)\nreturn x", Severity.CHEAT,
+     "deferred-work"),
+    ("import signal\n", "signal.setitimer(signal.ITIMER_REAL, 0.01)\nreturn x", Severity.CHEAT, "deferred-work"),
+    ("import os\n", "os.fork()\nreturn x", Severity.CHEAT, "deferred-work"),
+    ("", 'L = type("L", (torch.Tensor,), {})\nreturn torch.Tensor._make_subclass(L, x)', Severity.CHEAT,
+     "non-plain-tensor"),
+    ("", "return x.as_subclass(nn.Parameter)", Severity.CHEAT, "non-plain-tensor"),
+    ("import sys\n", 'm = getattr(sys, "mod" + "ules")\nreturn x', Severity.CHEAT, "introspection"),
+    ("", 'return eval("x")', Severity.CHEAT, "introspection"),
+    ("", "f = self.forward.__code__\nreturn x", Severity.CHEAT, "introspection"),
+    ("", "mods = torch.sys.modules\nreturn x", Severity.CHEAT, "introspection"),
+    ("import gc\n", "gc.get_objects()\nreturn x", Severity.CHEAT, "introspection"),
+    ("", "return x.half().float()", Severity.POLICY, "precision"),
+    ("", "return x.to(dtype=torch.bfloat16).float()", Severity.POLICY, "precision"),
+    ("", "return torch.empty(x.shape, dtype=torch.float16).float()", Severity.POLICY, "precision"),
+    ("", "s = torch.cuda.Stream()\nreturn x", Severity.WARN, "side-stream"),
+]
+
+
+@pytest.mark.parametrize("head, body, severity, tag", FLAGGED, ids=[f"{t}-{i}" for i, (_, _, _, t) in
+                                                                     enumerate(FLAGGED)])
+def test_tricks_are_flagged_however_written(head: str, body: str, severity: Severity, tag: str) -> None:
+    assert tag in _kinds(_src(body, head), severity), static_findings(_src(body, head))
+
+
+def test_try_except_fallback_around_a_launch_is_marked() -> None:
+    body = """
+        try:
+            out = torch.empty_like(x)
+            scale_kernel[(1,)](x, out, x.numel(), 2.0)
+            return out
+        except Exception:
+            return x * 2.0
+    """
+    findings = static_findings(_src(body))
+    assert any(f.check == "static.fallback" and f.tag == "no-custom-kernel" for f in findings), findings
+    reraise = body.replace("return x * 2.0", "raise")
+    assert not any(f.check == "static.fallback" for f in static_findings(_src(reraise)))
+
+
+def test_kernel_thread_in_extension_source_is_flagged() -> None:
+    src = CPP_LEGITIMATE.replace("cudaDeviceSynchronize();", "std::thread([] {}).detach();")
+    assert "deferred-work" in _kinds(src)
+
+
+def test_reference_and_no_kernel() -> None:
+    assert _kinds("import torch.nn as nn\nclass ModelNew(Model):\n    pass\n") == {"no-custom-kernel"}
+    plain = "import torch\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n" \
+            "        return torch.relu(x)\n"
+    assert {f.check for f in static_findings(plain)} == {"static.no-kernel"}
+
+
+def test_unparsable_source_is_left_to_the_build() -> None:
+    (f,) = static_findings("def broken(:\n")
+    assert f.check == "static.syntax" and f.severity is Severity.INFO
+
+
+@pytest.mark.skipif(not (SHARED / "kernelsseum-v0" / "generations.jsonl").is_file(), reason="no shared data")
+def test_no_false_alarms_on_published_candidates() -> None:
+    """Every published kernelsseum-v0 candidate that contains a kernel passes the static checks; the only
+    one flagged is L3/29 (gemini-1.5-flash), which imports load_inline but never builds a kernel."""
+    flagged = []
+    for line in (SHARED / "kernelsseum-v0" / "generations.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        bad = [f for f in static_findings(row["code"]) if f.severity in (Severity.CHEAT, Severity.POLICY,
+                                                                          Severity.TIMING)]
+        if bad:
+            flagged.append((row["level"], row["problem_id"], row["model"], sorted({f.check for f in bad})))
+    assert flagged == [(3, 29, "gemini-1.5-flash", ["static.no-kernel"])]
