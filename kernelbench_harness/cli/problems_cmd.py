@@ -44,6 +44,132 @@ def list_cmd(problems: str | None, level: str | None, ids: str | None, as_json: 
         con.print(f"[yellow]skipped[/] {iss.path}: {iss.reason}")
 
 
+@problems_group.command("audit")
+@problems_option
+@level_option
+@ids_option
+@click.option("--device", default="cpu", show_default=True, metavar="DEVICE",
+              help="Where references run: cpu, cuda or cuda:N (launch-bound is only flagged on a GPU).")
+@click.option("--protocol", "protocols", multiple=True, type=click.Choice(PROTOCOL_NAMES),
+              help="Protocol whose judge decides trivial-passes (repeatable; default: all three).")
+@click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "fp16", "bf16"]))
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(2, 64), help="Input sets drawn per problem.")
+@click.option("--max-elements", default=None, metavar="N",
+              help="Skip problems whose forward inputs plus weights exceed N elements (e.g. 2e8); "
+                   "recorded as skipped-size.")
+@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=float,
+              help="Time limit per problem, seconds (recorded as skipped-time).")
+@click.option("--budget", "budget_s", default=None, type=float, help="Time budget for the whole audit, seconds.")
+@click.option("--order", default="given", show_default=True, type=click.Choice(["given", "size"]),
+              help="Audit order; size: smallest problems first.")
+@click.option("--launch-bound-us", default=20.0, show_default=True, type=float,
+              help="Eager time under which a problem is launch-bound (GPU only), microseconds.")
+@click.option("--out", "out", default=None, type=click.Path(dir_okay=False), help="Write the audit as JSON here.")
+@click.option("--load", "load", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Read reports from an audit JSON (e.g. a GPU audit) instead of running the audit.")
+@click.option("--run", "run_name", default=None, metavar="RUN_NAME",
+              help="Store the flags on this run, so its reports score flagged problems apart.")
+@click.option("--db", "db", default=None, metavar="URL",
+              help="Results store for --run (as for `kbench run`). Default: sqlite:///results/kbench.db")
+@click.option("--all", "show_all", is_flag=True, help="List every problem, not only flagged ones.")
+def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: str, protocols: tuple[str, ...],
+              precision: str, seeds: int, max_elements: str | None, timeout_s: float, budget_s: float | None,
+              order: str, launch_bound_us: float, out: str | None, load: str | None, run_name: str | None,
+              db: str | None, show_all: bool) -> None:
+    """Flag problems on which a trivial candidate passes, whose output ignores the input or is
+    nondeterministic, that take integer inputs, or whose eager time is launch-bound.
+
+    \b
+    Examples:
+      kbench problems audit --problems ../shared/kernelbench --level 1-3 --max-elements 2e8 --out audit.json
+      kbench problems audit --load audit.json --run my-run    # store the flags on a run
+    """
+    import sys
+    from pathlib import Path
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..audit import (
+        AuditReport,
+        audit_problems,
+        audit_to_json,
+        flag_counts,
+        known_defect_status,
+        load_audit_json,
+        run_flags,
+    )
+    from ..errors import ConfigError
+
+    limit: int | None = None
+    if max_elements is not None:
+        try:
+            limit = int(float(max_elements))
+        except ValueError:
+            raise ConfigError(f"bad --max-elements {max_elements!r}", fix="give a number such as 2e8") from None
+    con = Console()
+    env: dict[str, object] = {}
+    settings = {"device": device, "protocols": list(protocols) or list(PROTOCOL_NAMES), "precision": precision,
+                "seeds": seeds, "max_elements": limit, "timeout_s": timeout_s, "budget_s": budget_s,
+                "order": order, "launch_bound_us": launch_bound_us}
+    if load:
+        reports: list[AuditReport] = load_audit_json(load)
+        keep = {p.key for p in load_problems(problems, levels=parse_levels(level), ids=ids).problems} \
+            if (problems or level or ids) else None
+        if keep is not None:
+            reports = [r for r in reports if r.key in keep]
+        settings["loaded_from"] = str(load)
+    else:
+        ps = load_problems(problems, levels=parse_levels(level), ids=ids)
+        settings["problems"] = ps.source
+        protos = [get_protocol(n, precision) for n in (protocols or PROTOCOL_NAMES)]
+        plain = not sys.stdout.isatty()
+        with Progress(TextColumn("audit"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.fields[last]}"), console=con, disable=plain) as bar:
+            task = bar.add_task("audit", total=len(ps.problems), last="")
+
+            def shown(r: AuditReport) -> None:
+                bar.update(task, advance=1, last=f"{r.key} {' '.join(map(str, r.flags))}"[:60])
+                if plain:
+                    click.echo(f"{r.key} {r.name}: {', '.join(map(str, r.flags)) or 'ok'} ({r.seconds:.1f} s)")
+
+            reports = audit_problems(list(ps.problems), device=device, protocol=protos, seeds=seeds,
+                                     max_elements=limit, launch_bound_us=launch_bound_us, timeout_s=timeout_s,
+                                     budget_s=budget_s, order=order, on_report=shown, environment=env)
+    t = Table(title=f"audit of {len(reports)} problems ({device})")
+    for c in ("problem", "name", "flags", "eager ms"):
+        t.add_column(c)
+    for r in reports:
+        if r.flags or show_all:
+            t.add_row(r.key, r.name, ", ".join(map(str, r.flags)) or "-",
+                      "-" if r.eager_ms is None else f"{r.eager_ms:.4g}")
+    con.print(t)
+    counts = flag_counts(reports)
+    con.print("flags: " + (", ".join(f"{k} {v}" for k, v in counts.items()) or "none"))
+    for d in known_defect_status(reports):
+        if d["status"] != "absent":
+            con.print(f"known defect {d['key']} ({d['description']}): {d['status']}")
+    if out:
+        Path(out).write_text(json.dumps(audit_to_json(reports, settings=settings, environment=env), indent=1),
+                             encoding="utf-8")
+        con.print(f"wrote {out}")
+    if run_name:
+        from ..store import Store
+
+        with Store(db, create=False) as store:
+            info = store.get_run(run_name)
+            if info is None:
+                raise ConfigError(f"no run named {run_name!r} in {store.safe_url}", fix="see `kbench runs list`")
+            scope = {p.key: p.code_sha256 for p in store.run_problems(run_name)}
+            flags = run_flags(reports, info.protocol_name)
+            matched = {k: v for k, v in flags.items()
+                       if k in scope and next(r for r in reports if r.key == k).code_sha256 == scope[k]}
+            other = sorted(k for k in flags if k in scope and k not in matched)
+            store.set_problem_flags(run_name, matched)
+        con.print(f"stored flags of {len(matched)} problem(s) on run {run_name}"
+                  + (f"; {len(other)} skipped (their source differs from the run's): {', '.join(other)}"
+                     if other else ""))
+
+
 @click.group("protocols")
 def protocols_group() -> None:
     """Inspect evaluation protocols."""
