@@ -455,8 +455,8 @@ _PROTECTED_LIBRARY: dict[str, tuple[str, ...]] = {
     "numpy": ("ascontiguousarray", "frombuffer", "fromfile"),
     "json": ("dumps", "loads"),
     "socket.socket": ("sendall", "send", "recv"),
-    "threading": ("enumerate", "_start_new_thread", "Thread"),
-    "_thread": ("start_new_thread",),
+    "threading": ("enumerate", "_start_new_thread", "_start_joinable_thread", "Thread"),
+    "_thread": ("start_new_thread", "start_joinable_thread"),
     "builtins": ("open", "isinstance", "type", "len", "zip", "getattr", "hasattr", "sum", "any", "all", "min",
                  "max", "sorted", "repr", "print", "memoryview"),
 }
@@ -590,6 +590,25 @@ class ThreadWatch:
         _thread.start_new_thread = start_new_thread
         threading._start_new_thread = start_new_thread  # type: ignore[attr-defined]
         self.hook = start_new_thread
+        joinable = getattr(_thread, "start_joinable_thread", None)  # Python >= 3.13: threading starts here
+        if joinable is not None:
+            def start_joinable_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
+                name = getattr(function, "__qualname__", repr(function))
+
+                def run() -> Any:
+                    ident = _thread.get_ident()
+                    watch.live[ident] = name
+                    try:
+                        return function()
+                    finally:
+                        watch.live.pop(ident, None)
+
+                watch.started += 1
+                return joinable(run, *args, **kwargs)
+
+            _thread.start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]
+            if hasattr(threading, "_start_joinable_thread"):
+                threading._start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]
 
     def running(self) -> dict[int, str]:
         """Threads started since :meth:`install` that are still running, by ident."""
