@@ -339,10 +339,14 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
-        if a.is_floating_point() or a.is_complex():
-            return bool(torch.equal(torch.isnan(a), torch.isnan(b))) and bool(
-                torch.equal(a.nan_to_num(0.0, 0.0, 0.0), b.nan_to_num(0.0, 0.0, 0.0)))
-        return bool(torch.equal(a, b))
+        if torch.equal(a, b):
+            return True
+        if not (a.is_floating_point() or a.is_complex()):
+            return False
+        na, nb = torch.isnan(a), torch.isnan(b)
+        if not bool(na.any()) or not torch.equal(na, nb):
+            return False
+        return bool(torch.equal(torch.where(na, 0.0, a), torch.where(nb, 0.0, b)))
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return False
     return bool(a == b)
@@ -414,49 +418,80 @@ def _means(refs: list[Any]) -> list[Any]:
 
 
 _SUBSET = 1 << 16  # elements judged first; the full judge runs only when they all pass
+_CHUNK = 1 << 25  # larger outputs are judged in pieces, which bounds the judge's float64 temporaries
 
 
 def _finite_abs(t: torch.Tensor) -> torch.Tensor:
-    return t.abs().nan_to_num(0.0, 0.0, 0.0)
+    a = t.abs()
+    return a.nan_to_num_(0.0, 0.0, 0.0) if a.is_floating_point() else a
 
 
-def _subsets(refs: list[Any], refs64: list[Any] | None) -> list[torch.Tensor | None]:
-    """Per output, flat indices of a sample of elements that holds, besides random elements, those
-    where the judges' global quantities peak: max |ref64| (the scale) and max |ref - ref64| (the
-    reference's own error). Judged on these elements, the ``fp64-bound`` judge has exactly the bound
-    it has on the whole tensor, and ``allclose`` is elementwise, so failing on the sample means
-    failing on the whole (passing still needs the whole)."""
-    out: list[torch.Tensor | None] = []
+def _ranges(n: int) -> list[tuple[int, int]]:
+    return [(a, min(n, a + _CHUNK)) for a in range(0, n, _CHUNK)]
+
+
+def _argmax_finite_abs(flat: torch.Tensor) -> int:
+    best, arg = -1.0, 0
+    for a, b in _ranges(flat.numel()):
+        v, i = _finite_abs(flat[a:b]).max(0)
+        if float(v) > best:
+            best, arg = float(v), a + int(i)
+    return arg
+
+
+def _argmax_error(flat: torch.Tensor, f64: torch.Tensor) -> int:
+    best, arg = -1.0, 0
+    for a, b in _ranges(flat.numel()):
+        # |x - y| where both are finite: a NaN or infinite operand makes the difference NaN or infinite
+        err = (flat[a:b].double() - f64[a:b]).abs_().nan_to_num_(0.0, 0.0, 0.0)
+        v, i = err.max(0)
+        if float(v) > best:
+            best, arg = float(v), a + int(i)
+    return arg
+
+
+@dataclass(frozen=True, slots=True)
+class _Pieces:
+    """How one input set's outputs are judged: per output, the flat indices of the elements where the
+    judges' global quantities peak (max |ref|, max |ref64| (the scale) and max |ref - ref64| (the
+    reference's own error)), a random sample that includes them, and whether the output is large
+    enough to judge in pieces. Every piece includes the peaks, so the ``fp64-bound`` judge has on it
+    exactly the bound it has on the whole tensor; ``allclose`` and the NaN checks are elementwise.
+    Hence the whole passes if and only if every piece passes, and failing the sample means failing."""
+
+    peaks: tuple[torch.Tensor | None, ...]
+    sample: tuple[torch.Tensor | None, ...]
+
+
+def _pieces(refs: list[Any], refs64: list[Any] | None) -> _Pieces:
+    peaks: list[torch.Tensor | None] = []
+    sample: list[torch.Tensor | None] = []
     gen = torch.Generator(device="cpu").manual_seed(0)
     for i, r in enumerate(refs):
         if not isinstance(r, torch.Tensor) or r.numel() <= 2 * _SUBSET or not r.is_floating_point():
-            out.append(None)
+            peaks.append(None)
+            sample.append(None)
             continue
         flat = r.reshape(-1)
-        picks = [torch.randint(0, flat.numel(), (_SUBSET,), generator=gen).to(flat.device),
-                 _finite_abs(flat).argmax().reshape(1)]
+        picks = [_argmax_finite_abs(flat)]
         r64 = refs64[i] if refs64 is not None and i < len(refs64) else None
         if isinstance(r64, torch.Tensor) and r64.shape == r.shape:
             f64 = r64.reshape(-1)
-            both = torch.isfinite(flat) & torch.isfinite(f64)
-            err = torch.where(both, (flat.double() - f64).abs(), torch.zeros((), dtype=torch.float64,
-                                                                             device=f64.device))
-            picks += [_finite_abs(f64).argmax().reshape(1), err.argmax().reshape(1)]
-            del err, both
-        out.append(torch.cat(picks))
-    return out
+            picks += [_argmax_finite_abs(f64), _argmax_error(flat, f64)]
+        pk = torch.tensor(picks, dtype=torch.long, device=flat.device)
+        peaks.append(pk)
+        sample.append(torch.cat([torch.randint(0, flat.numel(), (_SUBSET,), generator=gen).to(flat.device), pk]))
+    return _Pieces(tuple(peaks), tuple(sample))
 
 
-def _take(xs: list[Any] | None, idx: list[torch.Tensor | None]) -> list[Any] | None:
-    if xs is None:
-        return None
-    return [x.reshape(-1)[i] if (i is not None and isinstance(x, torch.Tensor)) else x
-            for x, i in zip(xs, idx + [None] * (len(xs) - len(idx)))]
+def _take(x: Any, idx: torch.Tensor | None) -> Any:
+    return x.reshape(-1)[idx] if (idx is not None and isinstance(x, torch.Tensor)) else x
 
 
 def _judge(p: Protocol, outs: list[Any], refs: list[Any], refs64: list[Any] | None,
-           idx: list[torch.Tensor | None] | None = None) -> bool:
-    """The evaluator's own verdict (:func:`~.execution.verify.compare_outputs`) under ``p``'s settings."""
+           pieces: _Pieces | None = None) -> bool:
+    """The evaluator's own verdict (:func:`~.execution.verify.compare_outputs`) under ``p``'s settings,
+    on a sample first, then on the whole (in pieces for large outputs; see :class:`_Pieces`)."""
     from .execution.verify import compare_outputs
 
     tol = p.tolerance
@@ -467,12 +502,37 @@ def _judge(p: Protocol, outs: list[Any], refs: list[Any], refs64: list[Any] | No
                                check_dtype=p.check_dtype, refs64=r64_, fp64_multiple=p.fp64_multiple,
                                fp64_floor_rel=p.fp64_floor_rel).ok
 
-    usable = idx is not None and any(i is not None for i in idx) and len(outs) == len(refs) and all(
+    same_shapes = len(outs) == len(refs) and all(
         not isinstance(r, torch.Tensor) or (isinstance(o, torch.Tensor) and o.shape == r.shape)
         for o, r in zip(outs, refs))
-    if usable and not ok(_take(outs, idx), _take(refs, idx), _take(r64, idx)):  # type: ignore[arg-type]
+    if pieces is None or not same_shapes or all(s is None for s in pieces.sample):
+        return ok(outs, refs, r64)
+    r64l = list(r64) if r64 is not None else None
+
+    def sub(idx: list[torch.Tensor | None], which: list[int]) -> bool:
+        return ok([_take(outs[i], idx[i]) for i in which], [_take(refs[i], idx[i]) for i in which],
+                  None if r64l is None else [_take(r64l[i], idx[i]) for i in which])
+
+    everything = list(range(len(refs)))
+    if not sub(list(pieces.sample), everything):
         return False
-    return ok(outs, refs, r64)
+    total = sum(r.numel() for r in refs if isinstance(r, torch.Tensor))
+    if total <= _CHUNK:
+        return ok(outs, refs, r64)
+    small = [i for i in everything if pieces.peaks[i] is None]
+    if small and not sub([None] * len(refs), small):
+        return False
+    for i in everything:
+        pk = pieces.peaks[i]
+        if pk is None:
+            continue
+        for a, b in _ranges(refs[i].numel()):
+            idx = torch.cat([torch.arange(a, b, device=pk.device), pk])
+            pad: list[torch.Tensor | None] = [None] * len(refs)
+            pad[i] = idx
+            if not sub(pad, [i]):
+                return False
+    return True
 
 
 def _float_max_abs(refs: list[Any]) -> float | None:
@@ -546,7 +606,7 @@ def _time_eager(model: Any, vals: list[Any], dev: torch.device, observed_ms: lis
     rough = statistics.median(observed_ms) if observed_ms else None
     if dev.type != "cuda" and rough is not None and rough > 50.0:
         return rough, {"timer": "wall", "n": len(observed_ms), "source": "audit calls"}
-    n = 100 if rough is None or rough <= 0 else int(min(100, max(5, 250.0 / rough)))
+    n = 100 if rough is None or rough <= 0 else int(min(100, max(5, 100.0 / rough)))  # about 0.1 s
     flush = _timing.l2_flush_bytes_for(dev, "device", 256 << 20) if dev.type == "cuda" else 0
     settings = _timing.TimerSettings(timer="cuda_events" if dev.type == "cuda" else "wall", warmup=3, trials=n,
                                      adaptive=False, statistic="median", l2_flush_bytes=flush)
@@ -715,8 +775,9 @@ def _audit_body(problem: Problem, dev: torch.device, protos: list[Protocol], n_s
     if consumes_rng or outputs_differ:
         selfcheck = {}
         r64_0 = ref64(vals0, 0) if judges64 else None
+        pieces0 = _pieces(refs0, r64_0)
         for p in protos:
-            selfcheck[p.name] = _judge(p, again, refs0, r64_0)
+            selfcheck[p.name] = _judge(p, again, refs0, r64_0, pieces0)
         flags[AuditFlag.NONDETERMINISTIC] = {
             "outputs_differ": outputs_differ, "max_abs_diff": _max_abs_diff(refs0, again),
             "consumes_rng": consumes_rng, "stochastic_modules": stochastic,
@@ -756,14 +817,14 @@ def _audit_body(problem: Problem, dev: torch.device, protos: list[Protocol], n_s
     def judge_set(vals: list[Any], refs: list[Any], set_idx: int) -> None:
         need64 = any(alive[k][p.name] for k in TRIVIAL_KINDS for p in judges64)
         r64 = ref64(vals, set_idx) if (judges64 and (need64 or set_idx == 0)) else None
-        idx = _subsets(refs, r64)
+        pieces = _pieces(refs, r64)
         for kind in TRIVIAL_KINDS:
             outs = _trivial_outputs(kind, refs, vals, means)
             for p in protos:
                 if outs is None:
                     alive[kind][p.name] = None
                 elif alive[kind][p.name]:
-                    alive[kind][p.name] = _judge(p, outs, refs, r64, idx)
+                    alive[kind][p.name] = _judge(p, outs, refs, r64, pieces)
             del outs
 
     _phase("judge", lambda: judge_set(vals0, refs0, 0))
@@ -838,7 +899,8 @@ def _default_memory_limit() -> int | None:
         return None
 
 
-def _worker_main(conn: Any, device: str, log_path: str, memory_limit_bytes: int | None = None) -> None:
+def _worker_main(conn: Any, device: str, log_path: str, memory_limit_bytes: int | None = None,
+                 threads: int | None = None) -> None:
     """Child process: audits problems sent over ``conn`` until told to stop.
 
     On the CPU its address space is capped at ``memory_limit_bytes``, so a problem too large for the
@@ -851,6 +913,8 @@ def _worker_main(conn: Any, device: str, log_path: str, memory_limit_bytes: int 
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+    if threads:
+        torch.set_num_threads(threads)
     import warnings
 
     warnings.simplefilter("ignore")
@@ -884,10 +948,10 @@ def _worker_main(conn: Any, device: str, log_path: str, memory_limit_bytes: int 
 
 
 class _Worker:
-    def __init__(self, device: str, log_path: str, memory_limit_bytes: int | None) -> None:
+    def __init__(self, device: str, log_path: str, memory_limit_bytes: int | None, threads: int | None) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, device, log_path, memory_limit_bytes),
+        self.proc = ctx.Process(target=_worker_main, args=(child, device, log_path, memory_limit_bytes, threads),
                                 daemon=True, name="kbench-audit")
         self.proc.start()
         child.close()
@@ -963,6 +1027,7 @@ def audit_problems(
     on_report: Callable[[AuditReport], None] | None = None,
     environment: dict[str, Any] | None = None,
     memory_limit_bytes: int | None = -1,
+    threads: int | None = None,
 ) -> list[AuditReport]:
     """Audit ``problems``, each in a child process with a time limit.
 
@@ -983,6 +1048,8 @@ def audit_problems(
         environment: filled with the worker's environment (torch version, device name), if given.
         memory_limit_bytes: address-space cap of the worker on the CPU (-1: half the host's memory;
             None: no cap). Not applied on a GPU.
+        threads: intra-op threads of the worker (None: torch's default). One thread is much faster on
+            a small, busy CPU, where every parallel region waits for a descheduled thread.
 
     Returns:
         One report per problem, in the order of ``problems``.
@@ -1013,7 +1080,7 @@ def audit_problems(
     def start() -> _Worker | None:
         nonlocal n_workers
         n_workers += 1
-        w = _Worker(device, str(logdir / f"worker{n_workers}.log"), mem_limit)
+        w = _Worker(device, str(logdir / f"worker{n_workers}.log"), mem_limit, threads)
         if not w.wait_ready(min(300.0, deadline - time.monotonic())):
             w.kill()
             return None

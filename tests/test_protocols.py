@@ -653,6 +653,54 @@ def test_cuda_agent_forbids_torch_nn_functional_in_forward(evaluator: DeviceEval
     assert r.outcome is Outcome.RUNTIME_ERROR and "forbidden" in r.error, (r.outcome, r.error[:500])
 
 
+SLOW_WITH_GRAD = _TRITON_HEAD + _MUL_KERNEL + '''
+import time
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        if torch.is_grad_enabled():
+            time.sleep(0.03)
+        return _launch(x, self.w)
+'''
+
+SLOW_WITH_GRAD_PROBLEM = Problem(1, 9, "Slow_with_grad", _HEAD + '''
+import time
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        if torch.is_grad_enabled():
+            time.sleep(0.03)
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.rand(8, 8)]
+
+
+def get_init_inputs():
+    return []
+''')
+
+
+def test_kernelbench_times_the_candidate_with_autograd_on_and_the_reference_under_no_grad(
+        evaluator: DeviceEvaluator) -> None:
+    kb = evaluate(evaluator, SCALED, SLOW_WITH_GRAD, "kernelbench", trials=3, max_trials=3)
+    ours = evaluate(evaluator, SCALED, SLOW_WITH_GRAD, "kbench", trials=3, max_trials=3)
+    assert kb.candidate is not None and ours.candidate is not None, (kb.error, ours.error)
+    assert min(kb.candidate.samples_ms) >= 25.0  # autograd on while timed (KernelBench)
+    assert max(ours.candidate.samples_ms) < 25.0  # kbench times under no_grad
+    for name in ("kernelbench", "kbench"):
+        proto = get_protocol(name, **{**_FAST, "trials": 3, "max_trials": 3})
+        eager = evaluator.measure_baselines(SLOW_WITH_GRAD_PROBLEM, proto, 0, ["eager"])["eager"]
+        assert max(eager.samples_ms) < 25.0, name  # the reference is timed under no_grad
+
+
 GRAD_PROBE = _scaled_candidate("torch.randn(n)", extra=" + (1.0 if torch.is_grad_enabled() else 0.0)")
 
 

@@ -64,6 +64,8 @@ def list_cmd(problems: str | None, level: str | None, ids: str | None, as_json: 
               help="Audit order; size: smallest problems first.")
 @click.option("--launch-bound-us", default=20.0, show_default=True, type=float,
               help="Eager time under which a problem is launch-bound (GPU only), microseconds.")
+@click.option("--threads", default=None, type=click.IntRange(1, 1024),
+              help="CPU threads of the audit process (default: torch's; 1 is fastest on a busy small CPU).")
 @click.option("--out", "out", default=None, type=click.Path(dir_okay=False), help="Write the audit as JSON here.")
 @click.option("--load", "load", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Read reports from an audit JSON (e.g. a GPU audit) instead of running the audit.")
@@ -74,8 +76,8 @@ def list_cmd(problems: str | None, level: str | None, ids: str | None, as_json: 
 @click.option("--all", "show_all", is_flag=True, help="List every problem, not only flagged ones.")
 def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: str, protocols: tuple[str, ...],
               precision: str, seeds: int, max_elements: str | None, timeout_s: float, budget_s: float | None,
-              order: str, launch_bound_us: float, out: str | None, load: str | None, run_name: str | None,
-              db: str | None, show_all: bool) -> None:
+              order: str, launch_bound_us: float, threads: int | None, out: str | None, load: str | None,
+              run_name: str | None, db: str | None, show_all: bool) -> None:
     """Flag problems on which a trivial candidate passes, whose output ignores the input or is
     nondeterministic, that take integer inputs, or whose eager time is launch-bound.
 
@@ -110,7 +112,7 @@ def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: 
     env: dict[str, object] = {}
     settings = {"device": device, "protocols": list(protocols) or list(PROTOCOL_NAMES), "precision": precision,
                 "seeds": seeds, "max_elements": limit, "timeout_s": timeout_s, "budget_s": budget_s,
-                "order": order, "launch_bound_us": launch_bound_us}
+                "order": order, "launch_bound_us": launch_bound_us, "threads": threads}
     if load:
         reports: list[AuditReport] = load_audit_json(load)
         keep = {p.key for p in load_problems(problems, levels=parse_levels(level), ids=ids).problems} \
@@ -134,7 +136,8 @@ def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: 
 
             reports = audit_problems(list(ps.problems), device=device, protocol=protos, seeds=seeds,
                                      max_elements=limit, launch_bound_us=launch_bound_us, timeout_s=timeout_s,
-                                     budget_s=budget_s, order=order, on_report=shown, environment=env)
+                                     budget_s=budget_s, order=order, on_report=shown, environment=env,
+                                     threads=threads)
     t = Table(title=f"audit of {len(reports)} problems ({device})")
     for c in ("problem", "name", "flags", "eager ms"):
         t.add_column(c)
