@@ -61,7 +61,10 @@ class Protocol:
             reference's own error: ``|c - r64| <= k * e_ref + floor_rel * max|r64|`` with
             ``e_ref = max |r32 - r64|``).
         tolerances: per precision, for ``allclose`` (and the KernelBench-style result recorded beside).
-        fp64_multiple, fp64_floor_rel: ``k`` and ``floor_rel`` above.
+        fp64_multiple, fp64_floor_rel: ``k`` and ``floor_rel`` above. ``k = 64``: a naive sequential
+            fp32 reduction over a long axis legitimately errs several times more than cuBLAS's blocked
+            one (seen on an H200: a matrix-vector kernel at 30x PyTorch's own error, one element over
+            a 16x bound), while TF32, fp16 and bf16 arithmetic err 1000x or more.
         weights: ``state_dict`` (copy the reference's parameters and buffers where names and shapes
             match) or ``reseed`` (KernelBench: ``torch.manual_seed(fixed_seed)`` before each constructor).
         clone_inputs: give the candidate a fresh clone of the inputs for every call.
@@ -102,7 +105,7 @@ class Protocol:
     judge: str = "fp64-bound"
     tolerances: dict[str, Tolerance] = field(default_factory=lambda: {
         "fp32": Tolerance(1e-4, 1e-4), "fp16": Tolerance(1e-2, 1e-2), "bf16": Tolerance(1e-2, 1e-2)})
-    fp64_multiple: float = 16.0
+    fp64_multiple: float = 64.0
     fp64_floor_rel: float = 4e-6
     weights: str = "state_dict"
     clone_inputs: bool = True

@@ -161,6 +161,15 @@ def baseline_modes(protocol: Protocol) -> list[str]:
     return modes
 
 
+def extension_cache_dir(cfg: "RunConfig") -> Path:
+    """The content-addressed extension cache shared by the build pool (writer, through the trusted side)
+    and every device slot (reader): ``cfg.build_cache``, ``$KBENCH_BUILD_CACHE``, or
+    ``results/build_cache``; created if missing."""
+    d = Path(cfg.build_cache or os.environ.get("KBENCH_BUILD_CACHE") or "results/build_cache").resolve()
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def _make_executor(cfg: RunConfig, build_cache: Path) -> Any:
     opts = {"build_cache": str(build_cache), "start_method": cfg.start_method, "sandbox": cfg.sandbox,
             "log_level": logging.getLogger().level}
@@ -285,8 +294,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     ad = adapter or get_adapter(cfg.model, options=cfg.model_options)
     ad.check_ready()
 
-    build_cache = Path(cfg.build_cache or os.environ.get("KBENCH_BUILD_CACHE") or "results/build_cache").resolve()
-    build_cache.mkdir(parents=True, exist_ok=True)
+    # one folder of prebuilt extensions, written by the build pool and read by every device slot
+    build_cache = extension_cache_dir(cfg)
     executor = _make_executor(cfg, build_cache)
     pool: BuildPool | None = None
     status = "interrupted"
@@ -306,7 +315,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         modes = baseline_modes(protocol)
         arch = fp.get("compute_capability")
         ncpu = os.cpu_count() or 1
-        pool = BuildPool(build_cache / "so", workers=cfg.build_workers or min(16, max(1, ncpu - 1)),
+        pool = BuildPool(build_cache, workers=cfg.build_workers or min(16, max(1, ncpu - 1)),
                          arch_list=arch, timeout_s=cfg.build_timeout_s, start_method=cfg.start_method,
                          sandbox=cfg.sandbox)
         specs = ad.plan(problems, cfg.samples)
@@ -392,7 +401,9 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 dev0 = executor.slots[0]["device"] if executor.slots else "cpu"
                 gpu = dev0.startswith("cuda")
                 workers = cfg.warm_workers if cfg.warm_workers is not None else (min(8, max(1, ncpu // 2)) if gpu else 0)
-                cold = [p for p in problems if len(baselines.known(p, modes)) < len(modes)]
+                planned = {(s.problem.level, s.problem.problem_id) for s, _ in todo}
+                cold = [p for p in problems if (p.level, p.problem_id) in planned
+                        and len(baselines.known(p, modes)) < len(modes)]
                 if cold and workers > 0 and cfg.executor == "local":
                     prog.note(f"compiling {len(cold)} reference(s) with torch.compile in {workers} processes "
                               "before timing starts")
@@ -474,8 +485,7 @@ async def measure_baselines_for(problems: list[Problem], *, protocol: Protocol, 
 
     prog: Progress = progress or _NullProgress()
     store = Store(db)
-    cache = Path("results/build_cache").resolve()
-    executor = _make_executor(RunConfig(gpus=gpus), cache)
+    executor = _make_executor(RunConfig(gpus=gpus), extension_cache_dir(RunConfig(gpus=gpus)))
     rows: list[dict[str, Any]] = []
     try:
         fp = executor.fingerprint()

@@ -280,7 +280,14 @@ class DeviceEvaluator:
         """Keep the strongest sandbox layer set under which a candidate process can still use the device."""
         from .sandbox import LAYER_SETS
 
-        for layers in LAYER_SETS:
+        sets = list(LAYER_SETS)
+        pinned = os.environ.get("KBENCH_SANDBOX_LAYERS")  # e.g. "netns" or "netns,landlock": try that set first
+        if pinned:
+            want = {x.strip() for x in pinned.split(",") if x.strip()}
+            pick = {"new_netns": "netns" in want, "landlock": "landlock" in want,
+                    "landlock_tcp": "landlock" in want, "landlock_scope": "landlock" in want}
+            sets = [pick] + [x for x in sets if x != pick]
+        for layers in sets:
             jobdir = Path(tempfile.mkdtemp(prefix="probe_", dir=self.scratch))
             job = {"mode": "probe", "job_dir": str(jobdir), "inputs_dir": str(jobdir), "device": str(self.device),
                    "protocol": {}}

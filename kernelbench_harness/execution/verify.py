@@ -95,7 +95,7 @@ def compare_outputs(
     nan_policy: str = "match",
     check_dtype: bool = False,
     refs64: Sequence[Any] | None = None,
-    fp64_multiple: float = 16.0,
+    fp64_multiple: float = 64.0,
     fp64_floor_rel: float = 4e-6,
 ) -> Comparison:
     """Compare flattened candidate outputs with the reference's.

@@ -1,0 +1,41 @@
+"""The build pool and the device slots share one extension cache: a candidate's extension is compiled
+once, by the pool, and the evaluation loads it without compiling; a second run compiles nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+from kernelbench_harness.core import Outcome
+from kernelbench_harness.runner import RunConfig, execute_run
+from kernelbench_harness.store import Store
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                                reason="needs a C++ compiler")
+
+
+def _run(tmp_path, name: str):
+    cfg = RunConfig(model="bundled", model_options={"variant": "cpp"}, levels=(1,), ids="4",
+                    run_name=name, db=f"sqlite:///{tmp_path / 'kb.db'}", gpus="cpu",
+                    build_cache=str(tmp_path / "cache"), build_workers=1, timeout_s=120)
+    return asyncio.run(execute_run(cfg))
+
+
+def test_extension_built_once_by_the_pool_and_loaded_from_the_cache(tmp_path):
+    first = _run(tmp_path, "first")
+    assert first.outcomes == {"correct": 1}
+    assert first.build_stats["built"] == 1
+    st = Store(f"sqlite:///{tmp_path / 'kb.db'}")
+    try:
+        (att,) = st.attempts("first")
+        build = att.result.extra["build"]
+        assert att.result.outcome is Outcome.CORRECT
+        # the evaluation found the pool's binary: nothing compiled inside the device slot
+        assert build["built"] == [] and len(build["cache_hits"]) == 1
+    finally:
+        st.close()
+    second = _run(tmp_path, "second")
+    assert second.outcomes == {"correct": 1}
+    assert second.build_stats["built"] == 0 and second.build_stats["cached"] == 1
