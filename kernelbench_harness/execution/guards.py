@@ -75,6 +75,9 @@ _INTROSPECTION_BUILTINS = {"globals", "__import__", "eval", "exec", "breakpoint"
 # getattr / vars / __dict__ with a computed name on these is a lookup hidden from this scan
 _SENSITIVE_OWNERS = {"sys", "builtins", "__builtins__", "time", "os", "gc", "threading", "_thread", "importlib",
                      "torch.backends", "torch.cuda", "torch.cuda.Event", "ctypes", "signal"}
+# the same modules reached as attributes of another (``torch.sys``, ``numpy.os``)
+_SENSITIVE_LEAVES = {"sys", "builtins", "__builtins__", "os", "gc", "threading", "_thread", "importlib", "ctypes",
+                     "signal", "inspect"}
 _TIMER_NAMES = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns",
                 "process_time", "process_time_ns", "thread_time", "sleep", "elapsed_time", "Event", "synchronize",
                 "record", "query", "allclose", "isclose", "equal", "assert_close", "assert_allclose", "testing",
@@ -292,7 +295,7 @@ def static_findings(source: str) -> list[Finding]:
             if raw in ("getattr", "vars") and n.args:
                 tgt = canon(n.args[0])
                 computed = raw == "vars" or (len(n.args) > 1 and not isinstance(n.args[1], ast.Constant))
-                if computed and tgt in _SENSITIVE_OWNERS:
+                if computed and (tgt in _SENSITIVE_OWNERS or tgt.rsplit(".", 1)[-1] in _SENSITIVE_LEAVES):
                     out.append(_f("static.introspection", Severity.CHEAT, "introspection",
                                   f"{raw}() with a computed name on {tgt}", n))
             if raw == "type" and len(n.args) == 3:
@@ -341,7 +344,8 @@ def static_findings(source: str) -> list[Finding]:
             owner = canon(n.value)
             if n.attr in _INTROSPECTION_ATTRS or (n.attr == "modules" and (owner == "sys" or id(n) not in called)) or \
                     (n.attr == "stack" and owner == "inspect") or \
-                    (n.attr == "__dict__" and owner in _SENSITIVE_OWNERS):
+                    (n.attr == "__dict__" and (owner in _SENSITIVE_OWNERS or
+                                               owner.rsplit(".", 1)[-1] in _SENSITIVE_LEAVES)):
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection",
                               f"uses {_dotted(n) or n.attr}", n))
         elif isinstance(n, ast.Try):

@@ -147,6 +147,7 @@ FLAGGED = [
     ("", 'return eval("x")', Severity.CHEAT, "introspection"),
     ("", "f = self.forward.__code__\nreturn x", Severity.CHEAT, "introspection"),
     ("", "mods = torch.sys.modules\nreturn x", Severity.CHEAT, "introspection"),
+    ("", 'mods = getattr(torch.sys, "mod" + "ules")\nreturn x', Severity.CHEAT, "introspection"),
     ("import gc\n", "gc.get_objects()\nreturn x", Severity.CHEAT, "introspection"),
     ("", "return x.half().float()", Severity.POLICY, "precision"),
     ("", "return x.to(dtype=torch.bfloat16).float()", Severity.POLICY, "precision"),
