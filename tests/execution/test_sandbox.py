@@ -158,6 +158,21 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "db": db, "db_digest": digest, "tmp": tmp}
 
 
+def _layers(probe: dict[str, Any]) -> set[str]:
+    """The sandbox layers that took effect in the candidate process, as recorded with the result."""
+    sb = probe["res"].extra.get("sandbox") or {}
+    out = set(str(sb.get("landlock", "")).split())
+    if sb.get("netns") == "ok":
+        out.add("netns")
+    return out
+
+
+def _require(probe: dict[str, Any], *layers: str) -> None:
+    missing = [x for x in layers if x not in _layers(probe)]
+    if missing:
+        pytest.skip(f"sandbox layer(s) {missing} not available on this machine ({_layers(probe)})")
+
+
 def test_no_credentials_in_the_candidate_environment(probe: dict[str, Any]) -> None:
     seen = probe["seen"]
     assert seen["env"] == dict.fromkeys(SECRETS)
@@ -165,8 +180,7 @@ def test_no_credentials_in_the_candidate_environment(probe: dict[str, Any]) -> N
 
 
 def test_results_database_is_read_only_to_the_candidate(probe: dict[str, Any]) -> None:
-    if landlock_abi() < 1:
-        pytest.skip("this kernel has no Landlock: filesystem writes are not confined")
+    _require(probe, "fs-write-confined")
     seen = probe["seen"]
     assert seen["db_write"].startswith("denied"), seen["db_write"]
     assert seen["db_open_rw"].startswith("denied: PermissionError"), seen["db_open_rw"]
@@ -177,16 +191,20 @@ def test_results_database_is_read_only_to_the_candidate(probe: dict[str, Any]) -
 
 
 def test_no_network(probe: dict[str, Any]) -> None:
+    if not _layers(probe) & {"netns", "tcp-denied"}:
+        pytest.skip("neither a network namespace nor Landlock TCP rules on this machine")
     seen = probe["seen"]
     assert seen["tcp_postgres"].startswith("denied"), seen["tcp_postgres"]
     assert seen["tcp_listener"].startswith("denied"), seen["tcp_listener"]
-    assert seen["abstract_unix"].startswith("denied"), seen["abstract_unix"]
-    assert probe["arrived"] == []  # nothing reached the parent's listeners
+    if "netns" in _layers(probe):  # abstract Unix sockets belong to the network namespace
+        assert seen["abstract_unix"].startswith("denied"), seen["abstract_unix"]
+        assert probe["arrived"] == []  # nothing reached the parent's listeners
+    else:
+        assert "tcp" not in probe["arrived"]
 
 
 def test_no_signals_or_writes_outside_the_private_folder(probe: dict[str, Any]) -> None:
-    if landlock_abi() < 6:
-        pytest.skip("Landlock ABI < 6: signals are not scoped")
+    _require(probe, "fs-write-confined", "signal-scoped")
     seen = probe["seen"]
     assert seen["signal_parent"].startswith("denied: PermissionError"), seen["signal_parent"]
     assert seen["signal_grandparent"].startswith("denied: PermissionError"), seen["signal_grandparent"]
@@ -202,15 +220,18 @@ def test_attempts_are_recorded(probe: dict[str, Any]) -> None:
     assert res.outcome is Outcome.CHEAT and res.tag == "network"  # the static scan saw the socket import
     assert {f.check for f in res.findings} >= {"static.network"}
     sandbox = res.extra["sandbox"]
-    assert sandbox["netns"] == "ok"
-    if landlock_abi() >= 6:
-        assert {"fs-write-confined", "tcp-denied", "signal-scoped"} <= set(sandbox["landlock"].split())
+    chosen = {"netns" if k == "new_netns" else k for k, on in probe["layers"].items() if on and k in ("new_netns",
+                                                                                                      "landlock")}
+    assert {"setsid", *chosen} <= set(sandbox)  # every layer the evaluator chose reports what it did
+    if landlock_abi() >= 6 and probe["layers"].get("landlock_scope"):
+        assert {"fs-write-confined", "tcp-denied", "signal-scoped"} <= _layers(probe)
     assert "PROBE " in res.log  # what the candidate saw is kept with the result
 
 
-@pytest.mark.xfail(strict=True, reason="sandbox.py: the candidate keeps root's capabilities (CAP_SYS_PTRACE), so "
-                   "it reads /proc/<pid>/environ of the trusted process that holds the API keys; apply_sandbox "
-                   "must drop every capability (bounding set and capset) before the candidate runs")
+@pytest.mark.xfail(strict=True, reason="sandbox.py: the candidate reads /proc/<pid>/environ of the trusted process "
+                   "that holds the API keys (as root it keeps CAP_SYS_PTRACE; as a plain user the same uid suffices); "
+                   "apply_sandbox must drop every capability (bounding set, then capset) and the trusted processes "
+                   "must be non-dumpable (prctl PR_SET_DUMPABLE 0), or the candidate must get its own PID namespace")
 def test_ancestor_environments_are_unreadable(probe: dict[str, Any]) -> None:
     seen = probe["seen"]
     assert seen["ancestor_environ"].startswith("denied"), seen["ancestor_environ"]
