@@ -21,8 +21,10 @@ static.global-state        cheat        process-wide backend switches (TF32, cud
 static.tensor-subclass     cheat        ``torch.Tensor`` subclasses (``class``, ``type()``,
                                         ``_make_subclass``), ``__torch_function__`` ...
 static.introspection       cheat        gc, inspect, frames, ``sys.modules``, code objects, trace
-                                        hooks, ``eval`` / ``exec`` / ``__import__``, the harness
-                                        package, computed ``getattr`` on ``sys`` / ``builtins`` ...
+                                        hooks, ``eval`` / ``exec`` / ``compile`` / ``__import__``,
+                                        ``runpy`` / ``pickle`` (running code from elsewhere, e.g. the
+                                        reference's file), the harness package, computed ``getattr``
+                                        on ``sys`` / ``builtins`` ...
 static.side-stream         warn         new CUDA streams (the timer checks what they do)
 static.precision           policy       half / bfloat16 / TF32 / tensor-core fp16 math
 static.subprocess          warn         subprocess / os.system
@@ -66,12 +68,13 @@ _THREAD_MODULES = {"threading", "_thread", "multiprocessing", "concurrent", "con
                    "torch.multiprocessing"}
 _SIGNAL_CALLS = {"signal.signal", "signal.setitimer", "signal.alarm", "signal.set_wakeup_fd", "signal.pthread_kill",
                  "signal.raise_signal", "os.kill", "os.killpg"}
-_INTROSPECTION_MODULES = {"gc", "inspect", "traceback", "kernelbench_harness", "__main__", "builtins", "importlib"}
+_INTROSPECTION_MODULES = {"gc", "inspect", "traceback", "kernelbench_harness", "__main__", "builtins", "importlib",
+                          "runpy", "code", "codeop", "marshal", "pickle", "dill", "cloudpickle"}
 _INTROSPECTION_ATTRS = {"_getframe", "getframe", "f_back", "f_globals", "f_locals", "f_code", "get_objects",
                         "get_referrers", "get_referents", "settrace", "setprofile", "addaudithook",
                         "__subclasses__", "__globals__", "gi_frame", "cr_frame", "tb_frame", "__builtins__",
                         "__code__", "__closure__", "cell_contents", "currentframe"}
-_INTROSPECTION_BUILTINS = {"globals", "__import__", "eval", "exec", "breakpoint"}
+_INTROSPECTION_BUILTINS = {"globals", "__import__", "eval", "exec", "compile", "breakpoint"}
 # getattr / vars / __dict__ with a computed name on these is a lookup hidden from this scan
 _SENSITIVE_OWNERS = {"sys", "builtins", "__builtins__", "time", "os", "gc", "threading", "_thread", "importlib",
                      "torch.backends", "torch.cuda", "torch.cuda.Event", "ctypes", "signal"}

@@ -74,6 +74,10 @@ LEGITIMATE = {
         y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         return F.gelu(layer(x)) + y.zero_()
     """,
+    "torch.compile of a helper": """
+        helper = torch.compile(lambda t: t * 2.0)
+        return helper(x)
+    """,
     "timing comparisons read, not replaced": """
         with torch.no_grad():
             ok = torch.allclose(x, x)
@@ -149,6 +153,9 @@ FLAGGED = [
     ("", "mods = torch.sys.modules\nreturn x", Severity.CHEAT, "introspection"),
     ("", 'mods = getattr(torch.sys, "mod" + "ules")\nreturn x', Severity.CHEAT, "introspection"),
     ("import gc\n", "gc.get_objects()\nreturn x", Severity.CHEAT, "introspection"),
+    ("import runpy\n", 'ref = runpy.run_path("../problem.py")["Model"]\nreturn x', Severity.CHEAT,
+     "introspection"),
+    ("", 'code = compile("y = 1", "f", "exec")\nreturn x', Severity.CHEAT, "introspection"),
     ("", "return x.half().float()", Severity.POLICY, "precision"),
     ("", "return x.to(dtype=torch.bfloat16).float()", Severity.POLICY, "precision"),
     ("", "return torch.empty(x.shape, dtype=torch.float16).float()", Severity.POLICY, "precision"),
