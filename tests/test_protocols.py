@@ -251,7 +251,7 @@ def _time_kernelbench() -> tuple[TimingStats, int]:
     def fn(i: int) -> None:
         calls.append(i)
         if len(calls) == 4:  # the first timed trial (after 3 warm-ups): KernelBench throws it away
-            time.sleep(0.05)
+            time.sleep(0.2)
 
     stats, _ = timing.time_callable(fn, CPU, s)
     return stats, len(calls)
@@ -264,7 +264,7 @@ def test_kernelbench_timing_warms_up_3_times_drops_the_first_trial_and_reports_t
     assert timing.l2_flush_bytes_for(torch.device("cuda"), p.l2_flush, p.l2_flush_bytes) == 256 * MIB
     stats, calls = _time_kernelbench()
     assert calls - stats.n - 1 == 3  # warm-ups = calls - kept - the discarded one
-    assert max(stats.samples_ms) < 50.0  # the slow first trial was discarded
+    assert max(stats.samples_ms) < 150.0  # the slow first trial was discarded
     assert stats.statistic == "mean"
     mean = statistics.fmean(stats.samples_ms)
     digits = 3 - 1 - math.floor(math.log10(abs(mean)))
@@ -664,7 +664,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         if torch.is_grad_enabled():
-            time.sleep(0.03)
+            time.sleep(0.1)
         return _launch(x, self.w)
 '''
 
@@ -675,7 +675,7 @@ import time
 class Model(nn.Module):
     def forward(self, x):
         if torch.is_grad_enabled():
-            time.sleep(0.03)
+            time.sleep(0.1)
         return x * 2.0
 
 
@@ -693,12 +693,12 @@ def test_kernelbench_times_the_candidate_with_autograd_on_and_the_reference_unde
     kb = evaluate(evaluator, SCALED, SLOW_WITH_GRAD, "kernelbench", trials=3, max_trials=3)
     ours = evaluate(evaluator, SCALED, SLOW_WITH_GRAD, "kbench", trials=3, max_trials=3)
     assert kb.candidate is not None and ours.candidate is not None, (kb.error, ours.error)
-    assert min(kb.candidate.samples_ms) >= 25.0  # autograd on while timed (KernelBench)
-    assert max(ours.candidate.samples_ms) < 25.0  # kbench times under no_grad
+    assert min(kb.candidate.samples_ms) >= 95.0  # autograd on while timed (KernelBench)
+    assert max(ours.candidate.samples_ms) < 80.0  # kbench times under no_grad
     for name in ("kernelbench", "kbench"):
         proto = get_protocol(name, **{**_FAST, "trials": 3, "max_trials": 3})
         eager = evaluator.measure_baselines(SLOW_WITH_GRAD_PROBLEM, proto, 0, ["eager"])["eager"]
-        assert max(eager.samples_ms) < 25.0, name  # the reference is timed under no_grad
+        assert max(eager.samples_ms) < 80.0, name  # the reference is timed under no_grad
 
 
 GRAD_PROBE = _scaled_candidate("torch.randn(n)", extra=" + (1.0 if torch.is_grad_enabled() else 0.0)")
