@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .errors import ConfigError
 from .core import Problem
 
 __all__ = [
@@ -727,6 +728,12 @@ def summarize_run(
         For each model: one :class:`GroupMetrics` per level (ascending), then ``"all"``, then
         ``"weighted"`` when the scope spans more than one level.
     """
+    if frame is not None and len(frame) and "protocol_fingerprint" in frame.columns:
+        fps = set(frame["protocol_fingerprint"].dropna().unique())
+        if len(fps) > 1:
+            raise ConfigError("these results come from runs with different protocols and cannot share one table",
+                              fix="summarize each protocol's runs separately (results of different protocols "
+                                  "are never mixed)")
     excluded = set(exclude)
     scope = [p for p in problems if p.key not in excluded]
     scores = sample_scores(frame)

@@ -93,7 +93,9 @@ class Protocol:
         allow_torch_ops: PyTorch ops beside custom kernels (KernelBench allows partial replacement).
         allow_vendor_libs: cuBLAS/cuDNN calls from the candidate's own code.
         allow_lower_precision: lower-precision math (fp16/bf16/TF32) inside an fp32 problem.
-        tf32: TF32 for matmul/cuDNN in reference and baselines (off: strict fp32).
+        tf32: TF32 for matmul and cuDNN in the reference, the baselines and the candidate process:
+            False (strict fp32: both off), True (both on), None (PyTorch's defaults, as KernelBench and
+            CUDA Agent leave them: cuDNN convolutions in TF32, matmul not).
     """
 
     name: str = "kbench"
@@ -136,7 +138,7 @@ class Protocol:
     allow_torch_ops: bool = True
     allow_vendor_libs: bool = True
     allow_lower_precision: bool = False
-    tf32: bool = False
+    tf32: bool | None = False
 
     @property
     def tolerance(self) -> Tolerance:
@@ -176,6 +178,7 @@ _BASE: dict[str, Protocol] = {
     "kbench": Protocol(),
     "kernelbench": Protocol(
         name="kernelbench",
+        tf32=None,
         seed_policy="fixed",
         fixed_seed=42,
         judge="allclose",
@@ -187,9 +190,9 @@ _BASE: dict[str, Protocol] = {
         l2_flush="fixed",
         l2_flush_bytes=256 * 1024 * 1024,
         warmup=3,
-        trials=101,
+        trials=100,  # + the discarded first one: 101 timed calls, 100 kept
         adaptive=False,
-        max_trials=101,
+        max_trials=100,
         time_budget_s=1e9,
         discard_first=True,
         statistic="mean",
@@ -203,6 +206,7 @@ _BASE: dict[str, Protocol] = {
     ),
     "cuda-agent": Protocol(
         name="cuda-agent",
+        tf32=None,
         seed_policy="secret",
         judge="allclose",
         tolerances={"fp32": Tolerance(1e-2, 1e-2), "fp16": Tolerance(1e-2, 1e-2), "bf16": Tolerance(1e-2, 1e-2)},

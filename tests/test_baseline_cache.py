@@ -116,9 +116,6 @@ def test_an_imported_baseline_is_never_used_as_a_measured_one(store: Store) -> N
     assert b.known(PROBLEM, ["eager"]) == {}
 
 
-@pytest.mark.xfail(strict=True, reason="runner._Baselines.put skips a key that has any stored row, imported "
-                                       "ones included, so a measured time is never stored next to an imported "
-                                       "one and known() misses on every run")
 def test_a_measured_baseline_is_stored_beside_an_imported_one(store: Store) -> None:
     b = _Baselines(store, FP, get_protocol("kbench"))
     _import_under_the_same_key(store, b)

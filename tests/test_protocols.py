@@ -206,7 +206,8 @@ def test_kernelbench_settings_are_kernelbench_mains() -> None:
     assert p.nan_policy == "fail" and p.check_dtype is False
     assert p.weights == "reseed"
     assert (p.timer, p.l2_flush, p.l2_flush_bytes) == ("cuda_events", "fixed", 256 * MIB)
-    assert (p.warmup, p.trials, p.discard_first, p.adaptive) == (3, 101, True, False)
+    # ``trials`` counts the kept trials: 100, after one more timed and discarded (101 timed calls)
+    assert (p.warmup, p.trials, p.discard_first, p.adaptive) == (3, 100, True, False)
     assert (p.statistic, p.round_sig) == ("mean", 3)
     assert (p.reference_no_grad, p.candidate_no_grad) == (True, False)
     assert p.rotate_inputs == 1
@@ -271,9 +272,6 @@ def test_kernelbench_timing_warms_up_3_times_drops_the_first_trial_and_reports_t
     assert stats.value_ms == round(mean, digits)
 
 
-@pytest.mark.xfail(strict=True, reason="the kernelbench protocol sets trials=101 and discard_first=True, and "
-                                       "time_callable times trials + 1 when discarding, so it keeps 101 of 102 "
-                                       "timed calls; KernelBench times 101 and keeps 100")
 def test_kernelbench_keeps_100_of_101_timed_trials() -> None:
     stats, calls = _time_kernelbench()
     assert stats.n == 100 and len(stats.samples_ms) == 100
@@ -324,9 +322,6 @@ def test_kernelbench_fails_nan_even_where_the_reference_has_nan(tmp_path: Path) 
     assert not ctx.compare([ref.clone()], 0).ok
 
 
-@pytest.mark.xfail(strict=True, reason="verify.compare_outputs masks the reference's non-finite positions "
-                                       "under the allclose judge, so a finite value where the reference has "
-                                       "NaN passes; KernelBench's torch.allclose (equal_nan=False) fails it")
 @pytest.mark.parametrize("name", ["kernelbench", "cuda-agent"])
 def test_allclose_judge_fails_a_finite_value_where_the_reference_has_nan(tmp_path: Path, name: str) -> None:
     ctx = context(LOG, get_protocol(name), tmp_path)
@@ -457,18 +452,12 @@ def test_kbench_nan_must_match_the_reference(tmp_path: Path) -> None:
     assert not cmp.ok and cmp.reason == "nan"
 
 
-@pytest.mark.xfail(strict=True, reason="ProblemContext draws the float64 reference with other dropout masks "
-                                       "than the fp32 one, so e_ref is as large as the output and the "
-                                       "fp64 bound lets an all-zero answer pass a nondeterministic problem")
 def test_kbench_fails_zeros_on_a_dropout_problem(tmp_path: Path) -> None:
     ctx = context(DROPOUT, get_protocol("kbench"), tmp_path)
     assert "nondeterministic-reference" in ctx.flags
     assert not ctx.compare([torch.zeros_like(ctx.refs[0][0])], 0).ok
 
 
-@pytest.mark.xfail(strict=True, reason="Protocol.tf32 is never applied: references run with PyTorch's "
-                                       "default torch.backends.cudnn.allow_tf32 = True, so on a GPU kbench's "
-                                       "'strict fp32' reference convolutions (and its e_ref) are TF32")
 def test_kbench_reference_runs_with_tf32_off(tmp_path: Path) -> None:
     p = get_protocol("kbench")
     assert p.tf32 is False
@@ -704,9 +693,6 @@ def test_kernelbench_times_the_candidate_with_autograd_on_and_the_reference_unde
 GRAD_PROBE = _scaled_candidate("torch.randn(n)", extra=" + (1.0 if torch.is_grad_enabled() else 0.0)")
 
 
-@pytest.mark.xfail(strict=True, reason="the candidate worker runs kernelbench's correctness trials with "
-                                       "autograd on (candidate_no_grad=False is meant for timing only); "
-                                       "KernelBench's run_and_check_correctness runs them under torch.no_grad")
 def test_kernelbench_correctness_trials_run_under_no_grad(evaluator: DeviceEvaluator) -> None:
     r = evaluate(evaluator, SCALED, GRAD_PROBE, "kernelbench")
     assert r.outcome is Outcome.CORRECT, (r.outcome, r.error[:300])
@@ -760,9 +746,6 @@ def test_leaderboard_groups_never_hold_two_protocols(two_protocol_store: Any) ->
     assert by_protocol["kernelbench"] != by_protocol["kbench"]
 
 
-@pytest.mark.xfail(strict=True, reason="results tables carry no protocol: Store.results_frame has no protocol "
-                                       "column and metrics.summarize_run accepts rows of two runs with "
-                                       "different protocols without complaint")
 def test_one_table_refuses_results_of_two_protocols(two_protocol_store: Any) -> None:
     from kernelbench_harness.metrics import summarize_run
 

@@ -70,8 +70,9 @@ class CountingModule:
             key = object.__getattribute__(self, "_kb_key")
 
             def counted(*a: Any, **k: Any) -> Any:
+                out = attr(*a, **k)  # a call that raises launched nothing: count only returns
                 record.calls[key] = record.calls.get(key, 0) + 1
-                return attr(*a, **k)
+                return out
 
             counted.__name__ = getattr(attr, "__name__", name)
             counted.__doc__ = getattr(attr, "__doc__", None)

@@ -678,3 +678,14 @@ def run_watching_precision(call: Any) -> tuple[list[str], Any]:
     with _Watch():
         result = call()
     return [f"{k} (x{n})" for k, n in sorted(seen.items())][:20], result
+
+
+def apply_tf32(policy: bool | None) -> None:
+    """Set TF32 for matmul and cuDNN per a protocol's ``tf32`` (None = PyTorch's defaults: matmul off,
+    cuDNN on). Applied in the trusted process before references and baselines, and in the candidate
+    process before its code is imported, so both run under the same numeric rules."""
+    import torch
+
+    matmul, cudnn = (False, True) if policy is None else (bool(policy), bool(policy))
+    torch.backends.cuda.matmul.allow_tf32 = matmul
+    torch.backends.cudnn.allow_tf32 = cudnn

@@ -232,6 +232,10 @@ class Launcher:
                 pass
         if self._ctrl is not None:
             try:
+                self._ctrl.shutdown(socket.SHUT_RDWR)  # the zygote sees EOF now, not at garbage collection
+            except OSError:
+                pass
+            try:
                 self._ctrl.close()
             except OSError:
                 pass

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-__all__ = ["SandboxConfig", "clean_environment", "apply_sandbox", "looks_secret", "landlock_abi", "LAYER_SETS"]
+__all__ = ["SandboxConfig", "clean_environment", "apply_sandbox", "looks_secret", "landlock_abi", "LAYER_SETS",
+           "make_undumpable"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ class SandboxConfig:
         new_netns: try an empty network namespace.
         landlock: try Landlock filesystem rules; landlock_tcp: also deny TCP bind/connect (ABI >= 4);
             landlock_scope: also stop signals to processes outside the sandbox (ABI >= 6).
+        drop_caps: drop every capability (a root candidate could otherwise read the trusted
+            processes' memory and environment through /proc or ptrace).
     """
 
     private_dir: str
@@ -106,6 +109,7 @@ class SandboxConfig:
     landlock: bool = True
     landlock_tcp: bool = True
     landlock_scope: bool = True
+    drop_caps: bool = True
     allow_network: bool = False
     applied: dict[str, str] = field(default_factory=dict)
 
@@ -223,19 +227,52 @@ def apply_sandbox(cfg: SandboxConfig) -> dict[str, str]:
                                             scope=cfg.landlock_scope)
         except Exception as e:  # never let a sandbox layer crash the worker
             applied["landlock"] = f"error {e}"
+    if cfg.drop_caps:
+        applied["caps"] = _drop_capabilities()
     Path(cfg.private_dir).mkdir(parents=True, exist_ok=True)
     return applied
+
+
+_PR_CAPBSET_DROP = 24
+_CAP_LAST = 63
+
+
+def make_undumpable() -> None:
+    """Mark the calling (trusted) process non-dumpable: its /proc files, environment included, are then
+    unreadable to same-user processes that lack CAP_SYS_PTRACE (every candidate)."""
+    try:
+        _libc().prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    except Exception:
+        pass
+
+
+def _drop_capabilities() -> str:
+    """Drop every capability (bounding set, then effective/permitted/inheritable).
+
+    A root candidate otherwise keeps CAP_SYS_PTRACE and friends, which let it read
+    ``/proc/<ancestor>/environ`` (the runner's API keys) or ptrace the trusted processes.
+    """
+    libc = _libc()
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    for cap in range(_CAP_LAST + 1):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last cap: ignored
+    # struct __user_cap_header_struct { u32 version; int pid; }; _LINUX_CAPABILITY_VERSION_3 = 0x20080522
+    hdr = ctypes.create_string_buffer(struct.pack("Ii", 0x20080522, 0), 8)
+    data = ctypes.create_string_buffer(bytes(24), 24)  # two __user_cap_data_struct, all zero
+    if libc.syscall(126, hdr, data) != 0:  # SYS_capset (x86_64)
+        return f"capset failed errno={ctypes.get_errno()}"
+    return "all dropped"
 
 
 #: Sandbox layer sets from strongest to weakest. A device worker starts a probe process with each in
 #: turn and keeps the first under which the device still initialises (some GPU stacks need a
 #: layer off); the choice is recorded with every result.
 LAYER_SETS: tuple[dict[str, bool], ...] = (
-    {"new_netns": True, "landlock": True, "landlock_tcp": True, "landlock_scope": True},
-    {"new_netns": False, "landlock": True, "landlock_tcp": True, "landlock_scope": True},
-    {"new_netns": True, "landlock": True, "landlock_tcp": False, "landlock_scope": True},
-    {"new_netns": False, "landlock": True, "landlock_tcp": False, "landlock_scope": True},
-    {"new_netns": False, "landlock": True, "landlock_tcp": False, "landlock_scope": False},
-    {"new_netns": True, "landlock": False, "landlock_tcp": False, "landlock_scope": False},
-    {"new_netns": False, "landlock": False, "landlock_tcp": False, "landlock_scope": False},
+    {"new_netns": True, "landlock": True, "landlock_tcp": True, "landlock_scope": True, "drop_caps": True},
+    {"new_netns": False, "landlock": True, "landlock_tcp": True, "landlock_scope": True, "drop_caps": True},
+    {"new_netns": True, "landlock": True, "landlock_tcp": False, "landlock_scope": True, "drop_caps": True},
+    {"new_netns": True, "landlock": False, "landlock_tcp": False, "landlock_scope": False, "drop_caps": True},
+    {"new_netns": True, "landlock": False, "landlock_tcp": False, "landlock_scope": False, "drop_caps": False},
+    {"new_netns": False, "landlock": True, "landlock_tcp": False, "landlock_scope": False, "drop_caps": False},
+    {"new_netns": False, "landlock": False, "landlock_tcp": False, "landlock_scope": False, "drop_caps": False},
 )

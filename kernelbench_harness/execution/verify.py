@@ -163,8 +163,16 @@ def compare_outputs(
             ref_err_max = ref_err if ref_err_max is None else max(ref_err_max, ref_err)
             bad = int((d > bound).sum())
         else:
+            # torch.allclose semantics (equal_nan=False): a non-finite reference element matches only the
+            # same infinity; NaN never matches; a non-finite output never matches a finite reference
             jr = judge_ref.double()
-            bad = int((d > atol + rtol * jr.abs()).masked_fill(~torch.isfinite(jr), False).sum())
+            od = o.double()
+            finite_r = torch.isfinite(jr)
+            within = (d <= atol + rtol * jr.abs()) & torch.isfinite(od)
+            same_inf = torch.isinf(jr) & (od == jr)
+            if nan_policy == "match":  # NaN where the reference has NaN is a match under this policy
+                same_inf = same_inf | (torch.isnan(jr) & torch.isnan(od))
+            bad = int((~torch.where(finite_r, within, same_inf)).sum())
         mism += bad
     ok = mism == 0
     detail = "" if ok else (f"{mism} elements outside the bound {bound_used:.3g} (max abs err {worst_abs:.3g}, "

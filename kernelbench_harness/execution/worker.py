@@ -173,6 +173,10 @@ class _Job:
         self.record = BuildRecord()
         self.launches = _LaunchCounter()
         self.phase_s: dict[str, float] = {}
+        if "tf32" in self.protocol:  # the candidate runs under the reference's numeric rules
+            from .guards import apply_tf32
+
+            apply_tf32(self.protocol.get("tf32"))
         self.flags0 = snapshot_global_flags()
         self.threads0 = {t.ident for t in _enumerate_threads()}
         self.thread_watch = ThreadWatch()
@@ -343,8 +347,9 @@ class _Job:
         self.weights_info = {"transferred": transferred, "skipped": skipped[:20], "n_skipped": len(skipped)}
 
     def call(self, args: list[Any]) -> Any:
-        grad = torch.no_grad() if self.protocol.get("candidate_no_grad", True) else torch.enable_grad()
-        with grad, _Forbid(bool(self.protocol.get("forbid_functional"))):
+        # correctness calls always run under no_grad (KernelBench's run_and_check_correctness does);
+        # ``candidate_no_grad`` only chooses the grad mode of the timed calls
+        with torch.no_grad(), _Forbid(bool(self.protocol.get("forbid_functional"))):
             return self.model(*args)
 
     def run_trial(self, idx: int, *, args: list[Any] | None = None, where: str = "correctness") -> bool:

@@ -31,8 +31,9 @@ def resolve_devices(spec: str | None, *, cpu_ok: bool = True) -> list[str]:
     """Device slots from a ``--gpus`` spec.
 
     Args:
-        spec: None/"auto" (every visible GPU, else the CPU), "cpu", or GPU indices "0,1" (an index
-            may repeat: "0,0" gives two slots on GPU 0, which then time alternately, never together).
+        spec: None/"auto" (every visible GPU, else the CPU), "cpu", or GPU indices "0,1". An index may
+            repeat ("0,0", "cpu,cpu"): several slots on one device overlap their references, builds
+            and correctness checks, but take turns to time (one lock per physical device).
 
     Returns:
         Slot devices like ``["cuda:0", "cuda:1"]`` or ``["cpu"]``.
@@ -43,9 +44,10 @@ def resolve_devices(spec: str | None, *, cpu_ok: bool = True) -> list[str]:
     if spec in (None, "", "auto"):
         n = _gpu_count()
         return [f"cuda:{i}" for i in range(n)] if n else (["cpu"] if cpu_ok else [])
-    if spec == "cpu":
-        return ["cpu"]
-    idx = [s.strip() for s in str(spec).split(",") if s.strip()]
+    parts = [s.strip() for s in str(spec).split(",") if s.strip()]
+    if parts and all(p == "cpu" for p in parts):
+        return ["cpu"] * len(parts)  # "cpu,cpu": two slots sharing the CPU, timing in turn
+    idx = parts
     if not all(i.isdigit() for i in idx):
         raise PrerequisiteError(f"bad --gpus value {spec!r}", fix="use GPU indices like 0,1 or 'cpu'")
     n = _gpu_count()
@@ -81,8 +83,23 @@ def _gpu_count() -> int:
         return 0
 
 
-def _slot_main(conn: Any, device: str, options: dict[str, Any]) -> None:
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (a killed runner leaves no slot behind)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any = None) -> None:
     """Device-worker process: owns one device, serves jobs until told to stop."""
+    _die_with_parent()
+    from ..execution.sandbox import make_undumpable
+
+    make_undumpable()
     if device.startswith("cuda:"):
         os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
         dev = "cuda:0"
@@ -97,7 +114,8 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any]) -> None:
 
     ev = DeviceEvaluator(dev, scratch_dir=options.get("scratch_dir"), build_cache=options.get("build_cache"),
                          start_method=options.get("start_method", "zygote"),
-                         memory_limit_bytes=options.get("memory_limit_bytes"), sandbox=options.get("sandbox", True))
+                         memory_limit_bytes=options.get("memory_limit_bytes"), sandbox=options.get("sandbox", True),
+                         timing_lock=timing_lock, physical_device=device)
     fp = ev.fingerprint()
     fp["slot_device"] = device
     conn.send(("ready", fp))
@@ -127,10 +145,11 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any]) -> None:
 
 
 class _Slot:
-    def __init__(self, index: int, device: str, options: dict[str, Any]) -> None:
+    def __init__(self, index: int, device: str, options: dict[str, Any], timing_lock: Any) -> None:
         self.index = index
         self.device = device
         self.options = options
+        self.timing_lock = timing_lock
         self.lock = threading.Lock()
         self.last_problem: str | None = None
         self.fingerprint: dict[str, Any] = {}
@@ -139,7 +158,7 @@ class _Slot:
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_slot_main, args=(child, self.device, self.options),
+        self.proc = ctx.Process(target=_slot_main, args=(child, self.device, self.options, self.timing_lock),
                                 name=f"kbench-slot{self.index}", daemon=True)
         self.proc.start()
         child.close()
@@ -190,7 +209,9 @@ class LocalExecutor(Executor):
 
     def __init__(self, devices: list[str], options: dict[str, Any] | None = None) -> None:
         self.options = dict(options or {})
-        self._slots = [_Slot(i, d, self.options) for i, d in enumerate(devices)]
+        ctx = mp.get_context("spawn")
+        locks = {d: ctx.Lock() for d in devices}  # one timing lock per physical device
+        self._slots = [_Slot(i, d, self.options, locks[d]) for i, d in enumerate(devices)]
         self._free: asyncio.Queue[_Slot] | None = None
 
     @property

@@ -64,6 +64,8 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "problem_id",
     "name",
     "problem_sha256",
+    "protocol",
+    "protocol_fingerprint",
     "model",
     "sample_id",
     "turn",
@@ -1065,6 +1067,8 @@ class Store:
                 for r in s.scalars(select(RunProblemRow).where(RunProblemRow.run_id == run.id))
             }
             compile_mode = str((run.protocol or {}).get("compile_mode", "default"))
+            protocol_name = str((run.protocol or {}).get("name", ""))
+            protocol_fp = _protocol_fingerprint(run.protocol or {})
             rows = s.execute(
                 select(SampleRow, AttemptRow, ResultRow, ProblemRow.code_sha256)
                 .join(AttemptRow, AttemptRow.sample_pk == SampleRow.id)
@@ -1097,6 +1101,8 @@ class Store:
                         "problem_id": sm.problem_id,
                         "name": names.get((sm.level, sm.problem_id), ""),
                         "problem_sha256": sha,
+                        "protocol": protocol_name,
+                        "protocol_fingerprint": protocol_fp,
                         "model": sm.model,
                         "sample_id": sm.sample_id,
                         "turn": at.turn,
@@ -1212,8 +1218,10 @@ class Store:
         protocol_fingerprint: str,
         precision: str,
         mode: str,
+        measured_here: bool | None = None,
     ) -> BaselineRecord | None:
         """The newest baseline stored under exactly this key, or None (no approximate matches).
+        With ``measured_here`` set, only baselines measured here (True) or imported ones (False) match.
 
         Args:
             problem_sha256: ``Problem.code_sha256``.
@@ -1231,6 +1239,7 @@ class Store:
                     BaselineRow.protocol_fingerprint == protocol_fingerprint,
                     BaselineRow.precision == precision,
                     BaselineRow.mode == mode,
+                    *([BaselineRow.measured_here == measured_here] if measured_here is not None else []),
                 )
                 .order_by(BaselineRow.id.desc())
                 .limit(1)
@@ -1409,3 +1418,16 @@ class Store:
     def table_names(self) -> list[str]:
         """Tables present in the database (for diagnostics and tests)."""
         return sorted(inspect(self._engine).get_table_names())
+
+
+def _protocol_fingerprint(protocol: Mapping[str, Any]) -> str:
+    """The stored protocol's fingerprint (``Protocol.fingerprint`` of the dict kept with the run)."""
+    try:
+        from ..protocols import Protocol
+
+        return Protocol.from_dict(dict(protocol)).fingerprint()
+    except Exception:  # a protocol dict from another version: hash what is there
+        import hashlib
+        import json
+
+        return hashlib.sha256(json.dumps(protocol, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,62 @@
+"""A runner killed with SIGKILL (twice) and resumed gives the table of an uninterrupted run, and no
+candidate is recorded twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .conftest import kbench
+
+ARGS = ["run", "--model", "bundled", "--level", "1", "--gpus", "cpu", "--display", "plain", "--no-report",
+        "--timeout", "120"]
+
+
+def _results(db: Path, run: str) -> list[tuple[int, int, int, int, str]]:
+    with sqlite3.connect(db) as c:
+        return sorted(c.execute(
+            "select s.level, s.problem_id, s.sample_id, a.turn, r.outcome from results r "
+            "join attempts a on r.attempt_pk = a.id join samples s on a.sample_pk = s.id "
+            "join runs u on s.run_id = u.id where u.run_name = ?", (run,)).fetchall())
+
+
+def _count(db: Path, run: str) -> int:
+    try:
+        return len(_results(db, run))
+    except sqlite3.Error:
+        return 0
+
+
+def _kill_after(workdir: Path, db: Path, run: str, n: int, extra: list[str]) -> None:
+    p = subprocess.Popen([sys.executable, "-m", "kernelbench_harness", *ARGS, "--run-name", run, "--db", str(db),
+                          *extra], cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    deadline = time.monotonic() + 300
+    while _count(db, run) < n and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+
+
+def test_sigkill_twice_then_resume_equals_uninterrupted(workdir):
+    db = workdir / "results" / "kb.db"
+    kbench(*ARGS, "--run-name", "whole", "--db", str(db), cwd=workdir)
+    whole = _results(db, "whole")
+    assert len(whole) == 4
+    _kill_after(workdir, db, "cut", 1, [])
+    first = _count(db, "cut")
+    assert 1 <= first < 4
+    _kill_after(workdir, db, "cut", first + 1, ["--resume"])
+    kbench(*ARGS, "--run-name", "cut", "--db", str(db), "--resume", cwd=workdir)
+    cut = _results(db, "cut")
+    # same verdicts per (level, problem, sample, turn), each recorded exactly once
+    assert [r[:4] for r in cut] == [r[:4] for r in whole]
+    assert [r[4] for r in cut] == [r[4] for r in whole]
+    with sqlite3.connect(db) as c:
+        status = c.execute("select status from runs where run_name='cut'").fetchone()[0]
+    assert status == "finished"
