@@ -305,7 +305,7 @@ class DeviceEvaluator:
             want = {x.strip() for x in pinned.split(",") if x.strip()}
             pick = {"new_netns": "netns" in want, "landlock": "landlock" in want,
                     "landlock_tcp": "landlock" in want, "landlock_scope": "landlock" in want,
-                    "drop_caps": "caps" in want}
+                    "drop_caps": "caps" in want, "seccomp_unix": "seccomp" in want}
             sets = [pick] + [x for x in sets if x != pick]
         for layers in sets:
             jobdir = Path(tempfile.mkdtemp(prefix="probe_", dir=self.scratch))

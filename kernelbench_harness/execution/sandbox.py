@@ -97,6 +97,9 @@ class SandboxConfig:
             landlock_scope: also stop signals to processes outside the sandbox (ABI >= 6).
         drop_caps: drop every capability (a root candidate could otherwise read the trusted
             processes' memory and environment through /proc or ptrace).
+        seccomp_unix: refuse new ``AF_UNIX`` sockets (seccomp): neither a network namespace nor
+            Landlock stops a connection to a host service's socket file, such as PostgreSQL's
+            ``/var/run/postgresql/.s.PGSQL.5432`` (the results store, when it is PostgreSQL).
     """
 
     private_dir: str
@@ -110,6 +113,7 @@ class SandboxConfig:
     landlock_tcp: bool = True
     landlock_scope: bool = True
     drop_caps: bool = True
+    seccomp_unix: bool = True
     allow_network: bool = False
     applied: dict[str, str] = field(default_factory=dict)
 
@@ -229,8 +233,40 @@ def apply_sandbox(cfg: SandboxConfig) -> dict[str, str]:
             applied["landlock"] = f"error {e}"
     if cfg.drop_caps:
         applied["caps"] = _drop_capabilities()
+    if cfg.seccomp_unix:
+        applied["seccomp"] = _deny_unix_sockets()
     Path(cfg.private_dir).mkdir(parents=True, exist_ok=True)
     return applied
+
+
+def _deny_unix_sockets() -> str:
+    """Install a seccomp filter that makes ``socket(AF_UNIX, ...)`` fail with EACCES (x86-64 only;
+    sockets that already exist, such as the channel to the trusted side, keep working)."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return "skipped (not x86-64)"
+    ld, jeq, ret = 0x20, 0x15, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EACCES
+    prog = [
+        (ld, 0, 0, 4),               # A = arch
+        (jeq, 0, 5, 0xC000003E),     # not x86-64: allow
+        (ld, 0, 0, 0),               # A = syscall number
+        (jeq, 0, 3, 41),             # not socket(2): allow
+        (ld, 0, 0, 16),              # A = low 32 bits of args[0] (the address family)
+        (jeq, 0, 1, 1),              # not AF_UNIX: allow
+        (ret, 0, 0, deny),
+        (ret, 0, 0, allow),
+    ]
+    raw = b"".join(struct.pack("=HBBI", c, jt, jf, k) for c, jt, jf, k in prog)
+    filt = ctypes.create_string_buffer(raw, len(raw))
+    fprog = struct.pack("=HxxxxxxQ", len(prog), ctypes.addressof(filt))
+    fbuf = ctypes.create_string_buffer(fprog, len(fprog))
+    libc = _libc()
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if libc.prctl(22, 2, fbuf, 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        return f"refused errno={ctypes.get_errno()}"
+    return "unix sockets denied"
 
 
 _PR_CAPBSET_DROP = 24
@@ -267,7 +303,7 @@ def _drop_capabilities() -> str:
 #: Sandbox layer sets from strongest to weakest. A device worker starts a probe process with each in
 #: turn and keeps the first under which the device still initialises (some GPU stacks need a
 #: layer off); the choice is recorded with every result.
-LAYER_SETS: tuple[dict[str, bool], ...] = (
+_BASE_SETS: tuple[dict[str, bool], ...] = (
     {"new_netns": True, "landlock": True, "landlock_tcp": True, "landlock_scope": True, "drop_caps": True},
     {"new_netns": False, "landlock": True, "landlock_tcp": True, "landlock_scope": True, "drop_caps": True},
     {"new_netns": True, "landlock": True, "landlock_tcp": False, "landlock_scope": True, "drop_caps": True},
@@ -276,3 +312,5 @@ LAYER_SETS: tuple[dict[str, bool], ...] = (
     {"new_netns": False, "landlock": True, "landlock_tcp": False, "landlock_scope": False, "drop_caps": False},
     {"new_netns": False, "landlock": False, "landlock_tcp": False, "landlock_scope": False, "drop_caps": False},
 )
+LAYER_SETS: tuple[dict[str, bool], ...] = tuple(
+    {**b, "seccomp_unix": sec} for b in _BASE_SETS for sec in (True, False))

@@ -7,7 +7,7 @@
 set -u
 OUT=${OUT:-/tmp/kbench-out}
 mkdir -p "$OUT" results
-export PYTHONUNBUFFERED=1 KBENCH_SANDBOX_LAYERS=netns,caps
+export PYTHONUNBUFFERED=1 KBENCH_SANDBOX_LAYERS=netns,caps,seccomp
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 DB=results/gpu2.db

@@ -233,10 +233,6 @@ def test_ancestor_environments_are_unreadable(probe: dict[str, Any]) -> None:
     assert seen["ancestor_environ"].startswith("denied"), seen["ancestor_environ"]
 
 
-@pytest.mark.xfail(strict=True, reason="sandbox.py: neither the network namespace nor Landlock (ABI <= 7) covers "
-                   "pathname Unix sockets, so the candidate reaches PostgreSQL's socket (trust auth: the results "
-                   "store when it is PostgreSQL); apply_sandbox needs a seccomp filter refusing socket(AF_UNIX) "
-                   "(or a mount namespace hiding /run)")
 def test_unix_sockets_of_the_host_are_unreachable(probe: dict[str, Any]) -> None:
     if not Path(PG_SOCKET).exists():
         pytest.skip("no PostgreSQL socket on this machine")
