@@ -25,7 +25,7 @@ from .adapters.base import ModelAdapter, SampleSpec
 from .core import Candidate, EvalResult, Finding, Outcome, Problem, Severity, TimingStats
 from .errors import ConfigError, StoreError
 from .execution.device import EvalJob
-from .execution.guards import static_findings
+from .execution.guards import cheat_findings, static_findings
 from .problems import ProblemSet, load_problems
 from .protocols import Protocol, get_protocol
 
@@ -225,7 +225,7 @@ class _Baselines:
 
 def _cheat_override(res: EvalResult, source: str) -> EvalResult:
     findings = list(res.findings) or static_findings(source)
-    cheats = [f for f in findings if f.severity is Severity.CHEAT]
+    cheats = cheat_findings(findings)
     if cheats and res.outcome is not Outcome.CHEAT:
         return res.with_(outcome=Outcome.CHEAT, tag=cheats[0].tag, findings=tuple(findings),
                          extra={**res.extra, "underlying_outcome": str(res.outcome)})

@@ -31,7 +31,7 @@ from ..core import Candidate, EvalResult, Finding, Outcome, Problem, Severity, T
 from ..protocols import Protocol
 from . import timing as _timing
 from .channel import ChannelClosed, ChannelError, ChannelTimeout
-from .guards import apply_tf32, static_findings
+from .guards import apply_tf32, cheat_findings, static_findings
 from .process import ChildHandle, Launcher
 from .sandbox import clean_environment
 from .tensorio import TensorFormatError, encode_value, read_tensor, write_tensor
@@ -468,7 +468,7 @@ class DeviceEvaluator:
             if sp and max(sp) > 10:
                 res = res.with_(findings=res.findings + (Finding("review.speedup", Severity.WARN, "review",
                                                                   f"speedup {max(sp):.1f}x > 10x: marked for review"),))
-        cheats = [f for f in res.findings if f.severity is Severity.CHEAT]
+        cheats = cheat_findings(res.findings)
         if cheats and res.outcome is not Outcome.CHEAT:
             # a cheat voids the result whatever else happened (e.g. a reference subclass fails to import)
             res = res.with_(outcome=Outcome.CHEAT, tag=cheats[0].tag,
@@ -712,7 +712,10 @@ class DeviceEvaluator:
         else:
             custom = launches.get("extension_calls", 0) + launches.get("triton_launches", 0)
         if ok and custom == 0 and job.candidate.source.strip():
-            fallback = any(f.check == "static.fallback" for f in findings)
+            # no kernel at all, the reference itself, or a PyTorch fallback: no-custom-kernel (K-19);
+            # a kernel that exists but never ran on this path: kernel-not-executed (K-20)
+            fallback = any(f.check in ("static.fallback", "static.no-kernel", "static.reference-use")
+                           for f in findings)
             findings.append(Finding("runtime.kernel-launch", Severity.CHEAT,
                                     "no-custom-kernel" if fallback else "kernel-not-executed",
                                     "no custom kernel was launched during the correctness trials",
@@ -728,7 +731,7 @@ class DeviceEvaluator:
                                         f"device work outlives the timed region: median {stats.median_ms:.4f} ms by "
                                         f"events on the current stream, {sm:.4f} ms until the device is idle",
                                         {"event_median_ms": stats.median_ms, "synced_median_ms": sm}))
-        cheats = [f for f in findings if f.severity is Severity.CHEAT]
+        cheats = cheat_findings(findings)
         if cheats:
             return EvalResult(Outcome.CHEAT, tag=cheats[0].tag, correct=ok, candidate=stats,
                               findings=tuple(findings), extra=extra, **common)

@@ -689,3 +689,10 @@ def apply_tf32(policy: bool | None) -> None:
     matmul, cudnn = (False, True) if policy is None else (bool(policy), bool(policy))
     torch.backends.cuda.matmul.allow_tf32 = matmul
     torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def cheat_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Cheat-severity findings, runtime evidence first: the verdict's tag names what the candidate was
+    seen doing, not the name a static pattern gave it (a hidden trick may only match ``introspection``)."""
+    cheats = [f for f in findings if f.severity is Severity.CHEAT]
+    return sorted(cheats, key=lambda f: 0 if f.check.startswith("runtime.") else 1)
