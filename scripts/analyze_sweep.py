@@ -1,0 +1,73 @@
+"""Where a run's wall time went: phase split, timing windows (GPU busy), candidates per minute.
+
+    python scripts/analyze_sweep.py --db results/sweep.db [--run sweep-cold --run sweep-cached]
+
+For each run: wall time (run created -> finished), candidates, seconds per candidate amortized, the
+sum over candidates of each evaluation phase (reference setup, build, construct, time, baselines,
+total in the device slot), the time the device spent inside timing windows (candidate and
+baselines: the "GPU busy" fraction, since only timing needs the device to itself), and a check that
+no two timing windows on the same device overlap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--run", action="append", default=None)
+    a = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernelbench_harness.store import Store
+
+    st = Store(a.db, create=False)
+    runs = a.run or [r.run_name for r in st.list_runs()]
+    for name in runs:
+        info = st.get_run(name)
+        if info is None:
+            print(f"no run {name}")
+            continue
+        atts = st.attempts(name)
+        wall = (info.finished_at - info.created_at).total_seconds() if info.finished_at and info.created_at else None
+        phases: dict[str, float] = defaultdict(float)
+        windows = []
+        outcomes: dict[str, int] = defaultdict(int)
+        for at in atts:
+            r = at.result
+            outcomes[str(r.outcome)] += 1
+            for k, v in r.phase_s.items():
+                phases[k] += float(v)
+            windows += r.extra.get("timing_windows") or []
+            for bi in (r.extra.get("baseline_info") or {}).values():
+                if bi and bi.get("window"):
+                    windows.append(bi["window"])
+        busy = sum(w["end"] - w["start"] for w in windows)
+        by_dev = defaultdict(list)
+        for w in windows:
+            by_dev[w["device"]].append(w)
+        overlaps = 0
+        for ws in by_dev.values():
+            ws.sort(key=lambda w: w["start"])
+            overlaps += sum(1 for x, y in zip(ws, ws[1:]) if y["start"] < x["end"])
+        n = len(atts)
+        print(f"== {name}: {n} candidates, outcomes {dict(outcomes)}")
+        if wall:
+            print(f"   wall {wall:.1f} s = {wall / max(1, n):.2f} s per candidate, {60 * n / wall:.1f} candidates/min")
+            print(f"   inside timing windows: {busy:.1f} s = {100 * busy / wall:.1f}% of the wall (GPU busy timing)")
+        print(f"   timing windows: {len(windows)} on {len(by_dev)} device(s), overlapping pairs: {overlaps}")
+        for k in ("reference", "build", "construct", "time", "baselines", "total"):
+            if k in phases:
+                print(f"   sum of phase '{k}': {phases[k]:.1f} s")
+        warm = (info.config or {}).get("warm")
+        if warm:
+            print(f"   warm-up: {warm}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

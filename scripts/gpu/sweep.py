@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Issue 7's sweep: every level 1-3 KernelBench problem with one candidate each, timed end to end.
+
+The candidate for each problem is the reference re-expressed as ``ModelNew`` (the problem's ``Model``
+renamed, so weights and parameter names are the same) whose output goes through one trivial Triton
+copy kernel: an honest candidate with one custom kernel, about 1.0x against eager. Triton kernels
+need no build, so the sweep measures the evaluation pipeline itself.
+
+    python3 scripts/gpu/sweep.py --problems .data/kernelbench --out $OUT [--levels 1-3] [--limit N]
+        [--budget-s 540] [--phase cold|cached|both]
+
+Runs ``kbench run`` twice into one store: ``sweep-cold`` (no baselines stored: eager and torch.compile
+measured, references compiled by the warm-up pool) and ``sweep-cached`` (the same candidates, every
+baseline reused). Writes ``sweep.db`` (a consistent copy), the two logs and ``sweep_times.json`` to
+``--out``; ``scripts/analyze_sweep.py`` turns the store into the phase split and GPU busy fraction
+(no device time needed for that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+WRAPPER = '''
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _kb_copy(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+
+def _kb_through_kernel(t):
+    if isinstance(t, (tuple, list)):
+        return type(t)(_kb_through_kernel(x) for x in t)
+    if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.dtype == torch.bool:
+        return t
+    src = t.contiguous()
+    dst = torch.empty_like(src)
+    n = src.numel()
+    _kb_copy[(triton.cdiv(n, 1024),)](src, dst, n, BLOCK=1024)
+    return dst.view(t.shape)
+
+
+class ModelNew(_KbReference):
+    def forward(self, *args, **kwargs):
+        return _kb_through_kernel(super().forward(*args, **kwargs))
+'''
+
+
+def make_candidates(problems_dir: Path, levels: list[int], limit: int | None) -> list[dict]:
+    rows = []
+    for level in levels:
+        files = sorted((problems_dir / f"level{level}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
+        for f in files[:limit]:
+            pid = int(f.name.split("_")[0])
+            code = f.read_text()
+            code = re.sub(r"\bModel\b", "_KbReference", code)  # the class, super(Model, self), docstrings
+            rows.append({"level": level, "problem_id": pid, "model": "reference-through-copy-kernel",
+                         "code": code + WRAPPER})
+    return rows
+
+
+def backup(db: Path, dest: Path) -> None:
+    src = sqlite3.connect(db)
+    dst = sqlite3.connect(dest)
+    src.backup(dst)
+    dst.close()
+    src.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--problems", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--levels", default="1-3")
+    ap.add_argument("--limit", type=int, default=None, help="problems per level (default: all)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="wall-clock budget for both runs together")
+    ap.add_argument("--phase", choices=["cold", "cached", "both"], default="both")
+    ap.add_argument("--db", type=Path, default=REPO / "results" / "sweep.db")
+    a = ap.parse_args()
+    lo, _, hi = a.levels.partition("-")
+    levels = list(range(int(lo), int(hi or lo) + 1))
+    a.out.mkdir(parents=True, exist_ok=True)
+    a.db.parent.mkdir(parents=True, exist_ok=True)
+    cands = REPO / "results" / "sweep_candidates.jsonl"
+    rows = make_candidates(a.problems, levels, a.limit)
+    cands.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    times: dict[str, float] = {"candidates": len(rows)}
+    t_start = time.monotonic()
+    phases = ["cold", "cached"] if a.phase == "both" else [a.phase]
+    try:
+        for ph in phases:
+            left = a.budget_s - (time.monotonic() - t_start)
+            if left < 30:
+                break
+            cmd = [sys.executable, "-m", "kernelbench_harness", "run", "--model", f"replay:{cands}",
+                   "--problems", str(a.problems), "--level", a.levels, "--run-name", f"sweep-{ph}",
+                   "--db", str(a.db), "--display", "plain", "--no-report"]
+            if a.limit:
+                cmd += ["--ids", f"1-{a.limit}"]
+            t0 = time.monotonic()
+            with open(a.out / f"sweep_{ph}.log", "w") as log:
+                p = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=left)
+            times[f"{ph}_wall_s"] = round(time.monotonic() - t0, 1)
+            times[f"{ph}_rc"] = p.returncode
+            print(f"{ph}: {times[f'{ph}_wall_s']} s (rc {p.returncode})", flush=True)
+    except subprocess.TimeoutExpired:
+        times["timed_out"] = True
+    finally:
+        (a.out / "sweep_times.json").write_text(json.dumps(times, indent=2))
+        if a.db.exists():
+            backup(a.db, a.out / "sweep.db")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
