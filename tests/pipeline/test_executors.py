@@ -51,10 +51,10 @@ def test_two_slots_on_one_device_match_one_slot_and_take_turns_to_time(tmp_path)
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed")
 def test_ray_executor_on_a_local_cpu_instance(tmp_path):
-    db, local = _run(tmp_path, "local", gpus="cpu")
-    _, viaray = _run(tmp_path, "ray", executor="ray")
-    assert viaray.outcomes == local.outcomes == {"correct": 2}
-    assert _outcomes(db, "ray") == _outcomes(db, "local")
+    db, viaray = _run(tmp_path, "ray", executor="ray")
+    # the bundled solutions are correct: the same verdicts the local executor gives (test above)
+    assert viaray.outcomes == {"correct": 2}
+    assert set(_outcomes(db, "ray").values()) == {"correct"}
     st = Store(db)
     try:
         assert st.get_run("ray").hardware["slots"][0]["device"].startswith("ray:")
