@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol as TypingProtocol
 
 from .adapters.base import ModelAdapter, SampleSpec
-from .core import Candidate, EvalResult, Finding, Outcome, Problem, Severity, TimingStats
+from .core import Candidate, EvalResult, Outcome, Problem, TimingStats
 from .errors import ConfigError, StoreError
 from .execution.device import EvalJob
 from .execution.guards import cheat_findings, static_findings
@@ -492,9 +492,6 @@ async def measure_baselines_for(problems: list[Problem], *, protocol: Protocol, 
     rows: list[dict[str, Any]] = []
     try:
         fp = executor.fingerprint()
-        devtype = "cuda" if str(fp.get("device_type")) == "cuda" else "cpu"
-        if adapter is None and "device" not in cfg.model_options and cfg.model == "bundled":
-            ad = get_adapter(cfg.model, options={**cfg.model_options, "device": devtype})
         b = _Baselines(store, fp, protocol)
         modes = modes or baseline_modes(protocol)
         prog.total("time", len(problems))

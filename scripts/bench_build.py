@@ -101,8 +101,10 @@ def main() -> int:
                     _time(cmds["cuda.cu"], d, f"--time {phases}")
                     if phases.exists():
                         for line in list(csv.reader(phases.open()))[1:]:
-                            if len(line) >= 5:
+                            try:
                                 row[f"nvcc:{line[1].strip()}"] = round(float(line[4]) / 1000, 1)
+                            except (IndexError, ValueError):
+                                continue
                 if "main.cpp" in cmds:
                     row["main.cpp_s"] = round(_time(cmds["main.cpp"], d), 1)
             shutil.rmtree(d, ignore_errors=True)

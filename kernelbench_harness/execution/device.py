@@ -16,7 +16,6 @@ import copy
 import hashlib
 import logging
 import os
-import random
 import shutil
 import tempfile
 import time
@@ -552,8 +551,7 @@ class DeviceEvaluator:
         profile: dict[str, Any] = {}
         build_info: dict[str, Any] = {}
         state = "start"
-        t0 = time.perf_counter()
-        build_deadline = t0 + job.build_timeout_s
+
 
         def add(msg: dict[str, Any]) -> None:
             for f in msg.get("findings") or []:

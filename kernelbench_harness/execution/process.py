@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .channel import Channel, ChannelClosed, ChannelError

@@ -28,7 +28,7 @@ import time
 import traceback
 import types
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -629,7 +629,6 @@ def child_main(sock_fd: int, job: dict[str, Any], sandbox: dict[str, Any] | None
 
 def _spawn_entry() -> None:
     """``python -m kernelbench_harness.execution.worker FD``: the spawn (non-zygote) start method."""
-    import json
 
     fd = int(sys.argv[1])
     sock = socket.socket(fileno=os.dup(fd))

@@ -20,7 +20,7 @@ from ..core import EvalResult, Outcome, Problem, TimingStats
 from ..errors import PrerequisiteError
 from ..execution.device import EvalJob
 from ..protocols import Protocol
-from .base import Executor, SlotInfo
+from .base import AffinityQueue, Executor, SlotInfo
 
 __all__ = ["LocalExecutor", "resolve_devices"]
 
@@ -151,7 +151,6 @@ class _Slot:
         self.options = options
         self.timing_lock = timing_lock
         self.lock = threading.Lock()
-        self.last_problem: str | None = None
         self.fingerprint: dict[str, Any] = {}
         self._start()
 
@@ -212,42 +211,25 @@ class LocalExecutor(Executor):
         ctx = mp.get_context("spawn")
         locks = {d: ctx.Lock() for d in devices}  # one timing lock per physical device
         self._slots = [_Slot(i, d, self.options, locks[d]) for i, d in enumerate(devices)]
-        self._free: asyncio.Queue[_Slot] | None = None
+        self._free = AffinityQueue(len(self._slots))
 
     @property
     def slots(self) -> list[SlotInfo]:
         return [SlotInfo(slot=s.index, device=s.device, fingerprint=s.fingerprint) for s in self._slots]
 
-    def _queue(self) -> asyncio.Queue[_Slot]:
-        if self._free is None:
-            self._free = asyncio.Queue()
-            for s in self._slots:
-                self._free.put_nowait(s)
-        return self._free
-
-    async def _acquire(self, problem_key: str) -> _Slot:
-        q = self._queue()
-        slot = await q.get()
-        if slot.last_problem != problem_key and not q.empty():
-            # prefer a free slot that already holds this problem's references
-            others = [q.get_nowait() for _ in range(q.qsize())]
-            match = next((s for s in others if s.last_problem == problem_key), None)
-            if match is not None:
-                others.remove(match)
-                others.append(slot)
-                slot = match
-            for s in others:
-                q.put_nowait(s)
-        return slot
+    async def _call(self, key: str, msg: tuple[Any, ...]) -> tuple[_Slot, str, Any]:
+        i = await self._free.acquire(key)
+        slot = self._slots[i]
+        done = False
+        try:
+            tag, payload = await asyncio.to_thread(slot.call, msg)
+            done = True
+        finally:
+            self._free.release(i, key if done else None)
+        return slot, tag, payload
 
     async def evaluate(self, job: EvalJob) -> EvalResult:
-        key = job.problem.code_sha256
-        slot = await self._acquire(key)
-        try:
-            tag, payload = await asyncio.to_thread(slot.call, ("evaluate", job))
-            slot.last_problem = key
-        finally:
-            self._queue().put_nowait(slot)
+        slot, tag, payload = await self._call(job.problem.code_sha256, ("evaluate", job))
         if tag == "ok":
             return EvalResult.from_dict(payload)
         return EvalResult(Outcome.RUNTIME_ERROR, error=f"harness error on {slot.device}: {payload}"[:8000],
@@ -255,12 +237,7 @@ class LocalExecutor(Executor):
 
     async def measure_baselines(self, problem: Problem, protocol: Protocol, run_seed: int,
                                 modes: list[str]) -> tuple[dict[str, TimingStats], dict[str, Any], dict[str, Any]]:
-        slot = await self._acquire(problem.code_sha256)
-        try:
-            tag, payload = await asyncio.to_thread(slot.call, ("baselines", problem, protocol, run_seed, modes))
-            slot.last_problem = problem.code_sha256
-        finally:
-            self._queue().put_nowait(slot)
+        slot, tag, payload = await self._call(problem.code_sha256, ("baselines", problem, protocol, run_seed, modes))
         if tag != "ok":
             raise RuntimeError(f"baseline measurement failed on {slot.device}: {payload}")
         stats, info, fp = payload

@@ -9,7 +9,6 @@ as ``--gpus cpu,cpu`` names). On a remote cluster the package is shipped with th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from pathlib import Path
@@ -19,7 +18,7 @@ from ..core import EvalResult, Outcome, Problem, TimingStats
 from ..errors import PrerequisiteError
 from ..execution.device import EvalJob
 from ..protocols import Protocol
-from .base import Executor, SlotInfo
+from .base import AffinityQueue, Executor, SlotInfo
 
 __all__ = ["RayExecutor"]
 
@@ -116,56 +115,37 @@ class RayExecutor(Executor):
         fps = ray.get([a.fingerprint.remote() for a in self._actors], timeout=900)
         self._slots = [SlotInfo(slot=i, device=f"ray:{fp.get('ray_node')}:{devices[i]}", fingerprint=fp)
                        for i, fp in enumerate(fps)]
-        self._free: asyncio.Queue[int] | None = None
-        self._last: dict[int, str] = {}
+        self._free = AffinityQueue(len(self._actors))
 
     @property
     def slots(self) -> list[SlotInfo]:
         return list(self._slots)
 
-    def _queue(self) -> asyncio.Queue[int]:
-        if self._free is None:
-            self._free = asyncio.Queue()
-            for i in range(len(self._actors)):
-                self._free.put_nowait(i)
-        return self._free
-
-    async def _acquire(self, key: str) -> int:
-        q = self._queue()
-        i = await q.get()
-        if self._last.get(i) != key and not q.empty():
-            others = [q.get_nowait() for _ in range(q.qsize())]
-            match = next((j for j in others if self._last.get(j) == key), None)
-            if match is not None:
-                others.remove(match)
-                others.append(i)
-                i = match
-            for j in others:
-                q.put_nowait(j)
-        return i
-
     async def evaluate(self, job: EvalJob) -> EvalResult:
         key = job.problem.code_sha256
-        i = await self._acquire(key)
+        i = await self._free.acquire(key)
+        done = False
         try:
             payload = await self._actors[i].evaluate.remote(job)
-            self._last[i] = key
+            done = True
         except Exception as e:  # the actor died (node lost, fault in the trusted side)
             log.error("Ray slot %d failed: %s", i, e)
             return EvalResult(Outcome.RUNTIME_ERROR, error=f"harness error on Ray slot {i}: {e}"[:8000],
                               device=self._slots[i]["device"], extra={"harness_error": True})
         finally:
-            self._queue().put_nowait(i)
+            self._free.release(i, key if done else None)
         return EvalResult.from_dict(payload)
 
     async def measure_baselines(self, problem: Problem, protocol: Protocol, run_seed: int,
                                 modes: list[str]) -> tuple[dict[str, TimingStats], dict[str, Any], dict[str, Any]]:
-        i = await self._acquire(problem.code_sha256)
+        key = problem.code_sha256
+        i = await self._free.acquire(key)
+        done = False
         try:
             stats, info, fp = await self._actors[i].baselines.remote(problem, protocol, run_seed, modes)
-            self._last[i] = problem.code_sha256
+            done = True
         finally:
-            self._queue().put_nowait(i)
+            self._free.release(i, key if done else None)
         return {m: TimingStats.from_dict(s) for m, s in stats.items()}, info, fp  # type: ignore[misc]
 
     async def close(self) -> None:
