@@ -59,6 +59,7 @@ from .protocols import PROTOCOL_NAMES, Protocol, get_protocol
 
 __all__ = [
     "DEGENERATE",
+    "ILL_CONDITIONED_REL",
     "KNOWN_DEFECTS",
     "SCHEMA_VERSION",
     "TRIVIAL_KINDS",
@@ -85,6 +86,9 @@ DEGENERATE = "degenerate"
 
 # allclose passes an all-zero candidate when every |ref| <= atol + rtol * |ref|.
 _SMALL_TOLERANCES = {"1e-4": 1e-4, "1e-2": 1e-2}
+ILL_CONDITIONED_REL = 1e-3
+"""``ill-conditioned`` when the fp32 reference is further than this from the float64 one, relative to
+max |float64 output| (an honest fp32 evaluation is typically within 1e-6 to 1e-5 of it)."""
 _DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _KB_SEED = 42
 
@@ -105,6 +109,10 @@ class AuditFlag(StrEnum):
     ``nondeterministic``: the reference gives different outputs on the same inputs, or consumes the
     random-number generator in ``forward`` (dropout in training mode, random tensors drawn in
     ``forward``), so no candidate can reproduce it exactly.
+    ``ill-conditioned``: the fp32 reference is far from a float64 evaluation of itself (max error
+    above 1e-3 of max |output|) although it is deterministic: its output is mostly rounding noise,
+    KernelBench's 1e-4 rejects honest kernels and kbench's float64 bound (a multiple of that error)
+    stops discriminating. Checked when a ``fp64-bound`` protocol is audited.
     ``int-inputs``: integer or boolean inputs that must never be cast to float (the evidence says
     what casting them does to the reference).
     ``launch-bound``: on a GPU, eager time below the threshold (20 us by default): the speedup then
@@ -122,6 +130,7 @@ class AuditFlag(StrEnum):
     TRIVIAL_MEAN = "trivial-passes:mean"
     SEED_INDEPENDENT = "seed-independent"
     NONDETERMINISTIC = "nondeterministic"
+    ILL_CONDITIONED = "ill-conditioned"
     INT_INPUTS = "int-inputs"
     LAUNCH_BOUND = "launch-bound"
     REFERENCE_ERROR = "reference-error"
@@ -448,6 +457,20 @@ def _argmax_error(flat: torch.Tensor, f64: torch.Tensor) -> int:
         if float(v) > best:
             best, arg = float(v), a + int(i)
     return arg
+
+
+def _reference_error(refs: list[Any], refs64: list[Any]) -> tuple[float, float]:
+    """``(max |ref - ref64|, max |ref64|)`` over finite elements and every tensor output."""
+    err = scale = 0.0
+    for r, r64 in zip(refs, refs64):
+        if not (isinstance(r, torch.Tensor) and isinstance(r64, torch.Tensor) and r.is_floating_point()
+                and r.shape == r64.shape and r.numel()):
+            continue
+        flat, f64 = r.reshape(-1), r64.reshape(-1)
+        for a, b in _ranges(flat.numel()):
+            err = max(err, float((flat[a:b].double() - f64[a:b]).abs_().nan_to_num_(0.0, 0.0, 0.0).max()))
+            scale = max(scale, float(_finite_abs(f64[a:b]).max()))
+    return err, scale
 
 
 @dataclass(frozen=True, slots=True)
@@ -828,6 +851,13 @@ def _audit_body(problem: Problem, dev: torch.device, protos: list[Protocol], n_s
             del outs
 
     _phase("judge", lambda: judge_set(vals0, refs0, 0))
+    r64_0 = cache64.get(0)
+    if r64_0 is not None:
+        e_ref, scale = _reference_error(refs0, r64_0)
+        info.setdefault("fp64", {}).update(set0_ref_error=e_ref, set0_scale=scale)
+        if scale > 0 and e_ref > ILL_CONDITIONED_REL * scale and AuditFlag.NONDETERMINISTIC not in flags:
+            flags[AuditFlag.ILL_CONDITIONED] = {"ref_error": e_ref, "max_abs_fp64_output": scale,
+                                                "relative": e_ref / scale, "threshold": ILL_CONDITIONED_REL}
     for set_idx, s in enumerate(seeds[1:], start=1):
         vals = _phase("get_inputs", lambda s=s: draw(s))
         refs, ms = _phase("forward", lambda vals=vals: _forward(model, vals, dev))
@@ -845,7 +875,7 @@ def _audit_body(problem: Problem, dev: torch.device, protos: list[Protocol], n_s
                 frac[name] = min(frac[name], f)  # type: ignore[type-var]
         _phase("judge", lambda vals=vals, refs=refs, k=set_idx: judge_set(vals, refs, k))
         del vals, refs
-    info["fp64"] = dict(fp64_info)
+    info["fp64"] = {**info.get("fp64", {}), **fp64_info}
     info["max_abs_output"] = max_abs
     info["trivial"] = alive
 

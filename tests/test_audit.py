@@ -169,6 +169,21 @@ def get_init_inputs():
     return []
 ''', name="Linear_tanh")
 
+# fp32 cannot hold x + 1e7 to better than 0.5: the fp32 reference is mostly rounding noise
+CANCELLATION = problem('''
+class Model(nn.Module):
+    def forward(self, x):
+        return (x + 1e7) - 1e7
+
+
+def get_inputs():
+    return [torch.rand(16, 16)]
+
+
+def get_init_inputs():
+    return []
+''', name="Cancellation")
+
 BROKEN_FORWARD = problem('''
 class Model(nn.Module):
     def forward(self, x):
@@ -277,6 +292,16 @@ def test_a_sound_problem_gets_no_flag_and_a_cpu_time_never_makes_it_launch_bound
     assert r.info["timing"]["timer"] == "wall"
     assert r.info["fp64"]["sets"] >= 1 and "error" not in r.info["fp64"]
     assert all(v is False for kind in ("zeros", "ones", "mean") for v in r.info["trivial"][kind].values())
+
+
+def test_a_reference_far_from_its_float64_self_is_ill_conditioned() -> None:
+    r = audit_problem(CANCELLATION, time_eager=False)
+    assert "ill-conditioned" in flags(r) and "nondeterministic" not in flags(r)
+    ev = r.evidence["ill-conditioned"]
+    assert ev["relative"] > 0.1 and ev["threshold"] == 1e-3
+    # kbench's bound is a multiple of that error, so it no longer discriminates: zeros pass it
+    assert r.info["trivial"]["zeros"]["kbench"] is True
+    assert audit_problem(CLEAN, time_eager=False).info["fp64"]["set0_ref_error"] < 1e-5
 
 
 def test_failures_of_the_problem_code_are_reference_errors() -> None:
