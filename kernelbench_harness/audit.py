@@ -21,7 +21,9 @@ What :func:`audit_problem` does with one problem (all on the trusted side; no ca
    (:func:`~kernelbench_harness.execution.verify.compare_outputs`) under each protocol's settings:
    ``allclose`` against the run-precision reference, or ``fp64-bound`` against a float64
    evaluation of the reference (computed for set 0, and for later sets while a trivial candidate
-   still passes).
+   still passes). Large outputs are judged on a sample first and then in pieces that give the judge
+   exactly its whole-tensor bound. The float64 evaluation also shows whether the fp32 reference is
+   itself mostly rounding noise (``ill-conditioned``).
 5. Times the eager reference: on a GPU with CUDA events and an L2 flush (the evaluator's timing
    code); on the CPU from the wall time of the calls above (recorded, never flagged).
 
@@ -1151,7 +1153,11 @@ def audit_problems(
             tag, payload = worker.request(("audit", p.to_dict(), opts), limit)
             dt = time.monotonic() - t0
             if tag == "ok":
-                emit(i, AuditReport.from_dict(payload))
+                try:
+                    emit(i, AuditReport.from_dict(payload))
+                except (KeyError, TypeError, ValueError) as e:  # a worker from another kbench version
+                    emit(i, _stub(p, AuditFlag.REFERENCE_ERROR, {"phase": "harness",
+                                                                 "error": f"unreadable report: {e}"}, device, dt))
                 continue
             if tag == "timeout":
                 reason = "time limit" if limit >= timeout_s else "budget"

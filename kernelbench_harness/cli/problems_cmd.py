@@ -128,11 +128,17 @@ def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: 
         with Progress(TextColumn("audit"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[last]}"), console=con, disable=plain) as bar:
             task = bar.add_task("audit", total=len(ps.problems), last="")
+            partial = Path(out + ".progress.jsonl") if out else None  # survives an interrupted audit
+            if partial is not None:
+                partial.write_text("", encoding="utf-8")
 
             def shown(r: AuditReport) -> None:
                 bar.update(task, advance=1, last=f"{r.key} {' '.join(map(str, r.flags))}"[:60])
                 if plain:
                     click.echo(f"{r.key} {r.name}: {', '.join(map(str, r.flags)) or 'ok'} ({r.seconds:.1f} s)")
+                if partial is not None:
+                    with partial.open("a", encoding="utf-8") as f:
+                        f.write(json.dumps(r.to_dict()) + "\n")
 
             reports = audit_problems(list(ps.problems), device=device, protocol=protos, seeds=seeds,
                                      max_elements=limit, launch_bound_us=launch_bound_us, timeout_s=timeout_s,
@@ -154,6 +160,7 @@ def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: 
     if out:
         Path(out).write_text(json.dumps(audit_to_json(reports, settings=settings, environment=env), indent=1),
                              encoding="utf-8")
+        Path(out + ".progress.jsonl").unlink(missing_ok=True)
         con.print(f"wrote {out}")
     if run_name:
         from ..store import Store
