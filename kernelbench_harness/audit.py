@@ -706,6 +706,12 @@ def audit_problem(
                                    info)
         except _Stop as s:
             flags[s.flag] = s.evidence
+        except Exception as e:  # noqa: BLE001 - the audit's own steps on this problem's tensors
+            if _is_oom(e):
+                flags[AuditFlag.SKIPPED_SIZE] = {"reason": "out of memory", "phase": "audit", "error": _error_text(e)}
+            else:
+                flags[AuditFlag.REFERENCE_ERROR] = {"phase": "audit", "error": _error_text(e),
+                                                    "traceback": traceback.format_exc()[-3000:]}
         finally:
             gc.collect()
             if dev.type == "cuda":
