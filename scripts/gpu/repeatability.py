@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Issue 3's repeatability: the same level-1 candidates evaluated in separate runs, per protocol.
+
+    python3 scripts/gpu/repeatability.py --store results/gpu3.db --run kernelsseum \
+        --generations .data/kernelsseum-v0/generations.jsonl --problems .data/kernelsseum-v0/problems \
+        --out $OUT [--n 20] [--protocols kbench,kernelbench] [--repeats 2]
+
+Picks ``--n`` level-1 candidates that the run ``--run`` in ``--store`` judged correct (by problem id,
+then model; if the store has none, the first ``--n`` level-1 generations), writes them to a replay
+file and evaluates them with ``kbench run`` once per (repeat, protocol), interleaved (A kbench,
+A kernelbench, B kbench, B kernelbench) so that drift of the machine touches both protocols alike.
+Each run has its own store, so eager and torch.compile are measured again each time (nothing is
+reused across runs except compiled extensions and Inductor's on-disk cache, which hold no timings).
+
+Writes ``repeat.json`` to ``--out``: per run and candidate the verdict, times (ms) and speedups, and
+per protocol the median and 95th percentile of |speedup_A - speedup_B| / mean(speedup_A, speedup_B)
+over candidates correct in both runs (vs eager and vs torch.compile). Needs a CUDA GPU for figures
+that mean anything; runs anywhere for a smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+ROWS_SQL = """
+select s.level, s.problem_id, s.model, s.sample_id, r.outcome, r.tag, r.speedup_eager, r.speedup_compile,
+       r.candidate_ms, r.eager_ms, r.compile_ms, r.max_abs_err, r.allclose_kernelbench
+from results r join attempts a on r.attempt_pk = a.id join samples s on a.sample_pk = s.id
+join runs ru on s.run_id = ru.id where ru.run_name = ? order by s.level, s.problem_id, s.model, s.sample_id
+"""
+COLS = ("level", "problem_id", "model", "sample_id", "outcome", "tag", "speedup_eager", "speedup_compile",
+        "candidate_ms", "eager_ms", "compile_ms", "max_abs_err", "allclose_kernelbench")
+
+
+def read_rows(db: Path, run: str) -> list[dict]:
+    """Result rows of ``run`` in the SQLite store ``db`` (empty when the store or run is missing)."""
+    if not db.exists():
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return [dict(zip(COLS, r)) for r in con.execute(ROWS_SQL, (run,))]
+    except sqlite3.Error:
+        return []
+    finally:
+        con.close()
+
+
+def pick(store: Path, run: str, generations: Path, n: int) -> list[dict]:
+    """``n`` level-1 generations: those the stored run judged correct first, by problem id and model."""
+    gens = [json.loads(x) for x in generations.read_text().splitlines() if x.strip()]
+    gens = [g for g in gens if int(g["level"]) == 1]
+    correct = {(r["problem_id"], r["model"]) for r in read_rows(store, run) if r["level"] == 1
+               and r["outcome"] == "correct"}
+    seen: set[tuple[int, str]] = set()
+    chosen: list[dict] = []
+    order = sorted(gens, key=lambda g: ((int(g["problem_id"]), g.get("model") or "") not in correct,
+                                        int(g["problem_id"]), g.get("model") or ""))
+    for g in order:
+        key = (int(g["problem_id"]), g.get("model") or "")
+        if key in seen:
+            continue  # one candidate per (problem, model): the replay pairs them by that key
+        seen.add(key)
+        chosen.append(g)
+        if len(chosen) == n:
+            break
+    return chosen
+
+
+def rel_delta(a: float, b: float) -> float:
+    return abs(a - b) / ((a + b) / 2.0)
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """Linear-interpolated percentile ``q`` in [0, 100] of ``xs`` (non-empty)."""
+    s = sorted(xs)
+    k = (len(s) - 1) * q / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summarize(a: list[dict], b: list[dict]) -> dict:
+    """Median and p95 of the relative speedup difference between runs A and B, per baseline."""
+    ka = {(r["problem_id"], r["model"]): r for r in a}
+    kb = {(r["problem_id"], r["model"]): r for r in b}
+    out: dict = {"n_both": 0, "verdicts_equal": 0, "n_common": 0}
+    common = sorted(set(ka) & set(kb))
+    out["n_common"] = len(common)
+    out["verdicts_equal"] = sum(ka[k]["outcome"] == kb[k]["outcome"] for k in common)
+    for base in ("speedup_eager", "speedup_compile"):
+        d = [rel_delta(ka[k][base], kb[k][base]) for k in common
+             if ka[k]["outcome"] == kb[k]["outcome"] == "correct" and ka[k][base] and kb[k][base]]
+        out["n_both"] = max(out["n_both"], len(d))
+        if d:
+            out[base] = {"n": len(d), "median_rel_delta": statistics.median(d), "p95_rel_delta": percentile(d, 95),
+                         "max_rel_delta": max(d)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", type=Path, required=True, help="SQLite store holding --run (for the choice)")
+    ap.add_argument("--run", default="kernelsseum")
+    ap.add_argument("--generations", type=Path, required=True)
+    ap.add_argument("--problems", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--protocols", default="kbench,kernelbench")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--warm-workers", default="6")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    chosen = pick(a.store, a.run, a.generations, a.n)
+    work = Path(tempfile.mkdtemp(prefix="kbrepeat_", dir=str(REPO / "results")))
+    sel = work / "selected.jsonl"
+    sel.write_text("".join(json.dumps(g) + "\n" for g in chosen))
+    ids = ",".join(str(i) for i in sorted({int(g["problem_id"]) for g in chosen}))
+    protocols = [p for p in a.protocols.split(",") if p]
+    report: dict = {"chosen": [[int(g["problem_id"]), g.get("model")] for g in chosen], "runs": {}, "summary": {}}
+    out_json = a.out / "repeat.json"
+    env = dict(os.environ)
+    for rep in "ABCDEFGH"[: a.repeats]:
+        for proto in protocols:
+            name = f"repeat-{proto}-{rep}"
+            db = work / f"{name}.db"
+            t0 = time.monotonic()
+            cmd = [sys.executable, "-m", "kernelbench_harness", "run", "--model", f"replay:{sel}",
+                   "--problems", a.problems, "--level", "1", "--ids", ids, "--protocol", proto,
+                   "--db", str(db), "--run-name", name, "--no-report", "--display", "plain",
+                   "--warm-workers", a.warm_workers]
+            p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+            rows = read_rows(db, name)
+            report["runs"][name] = {"protocol": proto, "repeat": rep, "wall_s": round(time.monotonic() - t0, 1),
+                                    "rc": p.returncode, "rows": rows, "log_tail": (p.stdout + p.stderr)[-3000:]}
+            print(f"{name}: rc={p.returncode} {len(rows)} results in {time.monotonic() - t0:.0f} s", flush=True)
+            for pr in protocols:
+                runs = [report["runs"][k]["rows"] for k in sorted(report["runs"]) if report["runs"][k]["protocol"] == pr]
+                if len(runs) >= 2:
+                    report["summary"][pr] = summarize(runs[0], runs[1])
+            out_json.write_text(json.dumps(report, indent=1, default=str))
+    print(json.dumps(report["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
