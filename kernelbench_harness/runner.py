@@ -254,6 +254,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     """
     from .adapters.registry import get_adapter
     from .agent import TurnRecord, run_sample
+    from .execution.build import target_arch_list
     from .execution.builder import BuildPool, needs_build
     from .store import Store
 
@@ -316,7 +317,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             store.set_run_status(run_name, "running")
         baselines = _Baselines(store, fp, protocol)
         modes = baseline_modes(protocol)
-        arch = fp.get("compute_capability")
+        arch = target_arch_list(fp.get("compute_capability"))
         ncpu = os.cpu_count() or 1
         pool = BuildPool(build_cache, workers=cfg.build_workers or min(16, max(1, ncpu - 1)),
                          arch_list=arch, timeout_s=cfg.build_timeout_s, start_method=cfg.start_method,
@@ -372,6 +373,14 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             res = await executor.evaluate(job)
             phase_s["evaluate"] += time.perf_counter() - t0
             n_eval += 1
+            if needs_build(c.source) and (res.extra.get("build") or {}).get("built"):
+                # the pool built (or found) this candidate's extensions, yet the slot compiled again:
+                # the cache keys differ between the two (a different arch list, compiler flags...)
+                pool.stats["slot_builds"] = pool.stats.get("slot_builds", 0) + 1  # type: ignore[union-attr]
+                if pool.stats["slot_builds"] == 1:  # type: ignore[union-attr]
+                    log.warning("a device slot compiled an extension that the build pool had built: the "
+                                "extension cache missed (%s)", ", ".join(b.get("name", "") for b in
+                                                                       res.extra["build"]["built"]))
             got = {m: TimingStats.from_dict(s) for m, s in (res.extra.get("baselines") or {}).items()}
             if got:
                 baselines.put(problem, {m: s for m, s in got.items() if s is not None},

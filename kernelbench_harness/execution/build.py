@@ -93,6 +93,29 @@ def _file_text(p: str) -> str:
         return f"<missing {p}>"
 
 
+def target_arch_list(compute_capability: str | tuple[int, int] | None) -> str | None:
+    """The ``TORCH_CUDA_ARCH_LIST`` every kbench build uses for a device, in the build pool and in the
+    device slot alike (the extension cache key includes it, so the two must agree).
+
+    Args:
+        compute_capability: the target device's capability, ``"9.0"`` or ``(9, 0)``; None on a CPU.
+
+    Returns:
+        ``$KBENCH_CUDA_ARCH_LIST`` when set, else the device's own capability (``"9.0"``), else None.
+        An ambient ``TORCH_CUDA_ARCH_LIST`` is deliberately ignored: GPU images often set one (several
+        architectures), and a value that differs between the pool and the slot made every slot compile
+        each extension again (seen on the H200: 40-65 s per candidate).
+    """
+    override = os.environ.get("KBENCH_CUDA_ARCH_LIST", "").strip()
+    if override:
+        return override
+    if compute_capability is None:
+        return None
+    if isinstance(compute_capability, str):
+        return compute_capability or None
+    return f"{compute_capability[0]}.{compute_capability[1]}"
+
+
 def extension_key(kind: str, bound: dict[str, Any]) -> str:
     """Content hash of a load_inline/load call: every argument that changes the binary, plus the
     torch version and ``TORCH_CUDA_ARCH_LIST``. ``name``, ``build_directory`` and ``verbose`` excluded."""

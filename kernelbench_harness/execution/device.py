@@ -29,6 +29,7 @@ import torch
 from ..core import Candidate, EvalResult, Finding, Outcome, Problem, Severity, TimingStats
 from ..protocols import Protocol
 from . import timing as _timing
+from .build import target_arch_list
 from .channel import ChannelClosed, ChannelError, ChannelTimeout
 from .guards import apply_tf32, cheat_findings, static_findings
 from .process import ChildHandle, Launcher
@@ -282,9 +283,9 @@ class DeviceEvaluator:
         self.memory_limit = memory_limit_bytes or _default_memory_limit()
         env_extra = {"TRITON_INTERPRET": "1"} if self.device.type == "cpu" else {}
         env_extra.update(extra_env or {})
-        if self.device.type == "cuda" and "TORCH_CUDA_ARCH_LIST" not in os.environ:
-            cap = torch.cuda.get_device_capability(self.device)
-            env_extra["TORCH_CUDA_ARCH_LIST"] = f"{cap[0]}.{cap[1]}"
+        if self.device.type == "cuda":
+            # the same value the build pool uses (see target_arch_list), or no cache entry matches
+            env_extra["TORCH_CUDA_ARCH_LIST"] = target_arch_list(torch.cuda.get_device_capability(self.device)) or ""
         self.child_env = clean_environment(os.environ, env_extra)
         self.launcher = Launcher(self.child_env, start_method)
         self._contexts: dict[tuple[str, str, int], ProblemContext] = {}

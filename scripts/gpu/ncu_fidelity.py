@@ -155,7 +155,10 @@ def main() -> int:
         log = wd / "ncu.csv"
         cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw",
                "--print-units", "base", "--metrics", "gpu__time_duration.sum", "--log-file", str(log)]
-        p = subprocess.run(cmd + me + ["--mode", "ncu"], capture_output=True, text=True, env=env, timeout=600)
+        try:
+            p = subprocess.run(cmd + me + ["--mode", "ncu"], capture_output=True, text=True, env=env, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            p = subprocess.CompletedProcess(cmd, -1, "", f"{type(e).__name__}: {e}")
         text = log.read_text() if log.exists() else ""
         launches = parse_ncu_csv(text)
         rec["ncu_rc"] = p.returncode

@@ -17,7 +17,7 @@ set -u -o pipefail
 OUT=${OUT:-/tmp/kbench-out}
 PHASES=${PHASES:-replay}
 mkdir -p "$OUT" results
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 KBENCH_SANDBOX_LAYERS=netns,caps,seccomp
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 KBENCH_SANDBOX_LAYERS=${KBENCH_SANDBOX_LAYERS:-netns,caps}
 [ -n "${SKIP_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 KB="python3 -m kernelbench_harness"
@@ -50,13 +50,20 @@ for phase in ${PHASES//,/ }; do
       timeout ${T_BUNDLED:-120} $KB run --model bundled -O variant=all --run-name bundled $(resume_flag bundled) \
         --db $DB --display plain --no-report 2>&1 | grep -v -i "warn" >> "$OUT/session.log" ;;
     exploits)
-      timeout ${T_EXPLOITS:-150} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" >> "$OUT/session.log" 2>&1 ;;
+      timeout ${T_EXPLOITS:-150} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" ${EXPLOITS_ONLY:+--only $EXPLOITS_ONLY} >> "$OUT/session.log" 2>&1 ;;
+    fid)
+      # a few candidates in their own run (the ncu phase reads it): also shows whether the device slots
+      # load the build pool's binaries (build phase ~0 s in the slot) on this machine
+      env | grep -i -E "arch_list|cuda_home" >> "$OUT/session.log"
+      timeout ${T_FID:-150} $KB run --model replay:${FID_GENS:-.data/fid.jsonl} --problems .data/kernelsseum-v0/problems \
+        --level 1 --ids ${FID_IDS:-1,2,3,5,7} --run-name fid $(resume_flag fid) --db $DB --display plain --no-report --warm-workers 5 \
+        2>&1 | grep -v -i "warn" >> "$OUT/session.log" ;;
     repeat)
       timeout ${T_REPEAT:-300} python3 scripts/gpu/repeatability.py --store $DB --run kernelsseum \
         --generations .data/kernelsseum-v0/generations.jsonl --problems .data/kernelsseum-v0/problems \
         --out "$OUT" >> "$OUT/session.log" 2>&1 ;;
     ncu)
-      timeout ${T_NCU:-90} python3 scripts/gpu/ncu_fidelity.py --store $DB --run kernelsseum \
+      timeout ${T_NCU:-90} python3 scripts/gpu/ncu_fidelity.py --store $DB --run ${NCU_RUN:-kernelsseum} \
         --generations .data/kernelsseum-v0/generations.jsonl --problems .data/kernelsseum-v0/problems \
         --out "$OUT/ncu.json" >> "$OUT/session.log" 2>&1 ;;
     sweep)

@@ -39,3 +39,16 @@ def test_extension_built_once_by_the_pool_and_loaded_from_the_cache(tmp_path):
     second = _run(tmp_path, "second")
     assert second.outcomes == {"correct": 1}
     assert second.build_stats["built"] == 0 and second.build_stats["cached"] == 1
+
+
+def test_pool_and_slot_use_one_arch_list_whatever_the_ambient_environment(monkeypatch):
+    """The cache key includes TORCH_CUDA_ARCH_LIST: an ambient value (GPU images set one) must not reach
+    either side, or the slot misses every binary the pool built (seen on the H200)."""
+    from kernelbench_harness.execution.build import target_arch_list
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;8.6;9.0+PTX")
+    monkeypatch.delenv("KBENCH_CUDA_ARCH_LIST", raising=False)
+    assert target_arch_list((9, 0)) == "9.0" == target_arch_list("9.0")
+    assert target_arch_list(None) is None
+    monkeypatch.setenv("KBENCH_CUDA_ARCH_LIST", "9.0a")
+    assert target_arch_list((9, 0)) == "9.0a"
