@@ -365,7 +365,11 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                                                       phase_s={"build": bo.seconds},
                                                       extra={"phase": "build", "build_pool": dataclasses.asdict(bo)}),
                                            c.source)
+            # wait for this problem's torch.compile warm-up only (others may still be compiling)
             await warm_gate.wait()
+            ev = warm_events.get(problem.key)
+            if ev is not None:
+                await ev.wait()
             known = baselines.known(problem, modes)
             job = EvalJob(problem=problem, candidate=c, protocol=protocol, run_seed=seed, baselines=known,
                           timeout_s=cfg.timeout_s, build_timeout_s=cfg.build_timeout_s)
@@ -403,7 +407,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             prog.advance("verify")
 
         by_key = {(p.level, p.problem_id): p for p in problems}
-        warm_gate = asyncio.Event()
+        warm_gate = asyncio.Event()  # set once the problems being warmed are known
+        warm_events: dict[str, asyncio.Event] = {}
         warm_info: dict[str, Any] = {}
 
         async def warm() -> None:
@@ -417,17 +422,29 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 cold = [p for p in problems if (p.level, p.problem_id) in planned
                         and len(baselines.known(p, modes)) < len(modes)]
                 if cold and workers > 0 and cfg.executor == "local":
-                    prog.note(f"compiling {len(cold)} reference(s) with torch.compile in {workers} processes "
-                              "before timing starts")
+                    prog.note(f"compiling {len(cold)} reference(s) with torch.compile in {workers} processes; "
+                              "each problem's timing starts when its own compile is done")
+                    loop = asyncio.get_running_loop()
+                    for p in cold:
+                        warm_events[p.key] = asyncio.Event()
+                    warm_gate.set()
+
+                    def done(key: str) -> None:
+                        ev = warm_events.get(key)
+                        if ev is not None:
+                            loop.call_soon_threadsafe(ev.set)
+
                     t0 = time.perf_counter()
                     warm_info.update(await asyncio.to_thread(
                         warm_compile, cold, precision=protocol.precision,
                         modes=[m.split(":", 1)[1] for m in modes if m.startswith("compile:")],
                         no_grad=protocol.reference_no_grad, device_index=dev0.split(":", 1)[1] if gpu else None,
-                        workers=workers))
+                        workers=workers, on_done=done))
                     phase_s["warm"] = time.perf_counter() - t0
             finally:
                 warm_gate.set()
+                for ev in warm_events.values():
+                    ev.set()
 
         warm_task = asyncio.create_task(warm())
         slots = len(executor.slots)

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any
+from typing import Any, Callable
 
 import multiprocessing as mp
 
@@ -72,7 +72,7 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
 
 def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], no_grad: bool,
                  device_index: str | None, workers: int, seed: int = 0,
-                 timeout_s: float = 1800.0) -> dict[str, Any]:
+                 timeout_s: float = 1800.0, on_done: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Compile every problem's reference with torch.compile in ``modes`` in ``workers`` processes.
 
     Args:
@@ -81,6 +81,9 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
         no_grad: call under ``torch.no_grad`` (as the baseline timing does).
         device_index: GPU index (as in ``CUDA_VISIBLE_DEVICES``) or None for the CPU.
         workers: processes (each limited to a few inductor compile threads).
+        on_done: called (from this thread) with ``problem.key`` as soon as that problem's compile
+            finished or failed, so its evaluations can start while others still compile; called for
+            every problem by the time this function returns.
 
     Returns:
         ``{problem.key: {mode: seconds or error}}``, plus ``"_wall_s"``.
@@ -93,18 +96,33 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
     ncpu = os.cpu_count() or 1
     threads = max(1, ncpu // max(1, workers))
     ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init,
-                             initargs=(device_index, threads)) as ex:
-        futs = {ex.submit(_warm_one, p.code, p.file_name, precision, modes, no_grad, device, seed): p
-                for p in problems}
-        try:
-            for f in as_completed(futs, timeout=timeout_s):
-                p = futs[f]
-                try:
-                    res[p.key] = f.result()
-                except Exception as e:  # a worker died (segfault in a reference, say)
-                    res[p.key] = {"error": f"{type(e).__name__}: {e}"[:300]}
-        except TimeoutError:
-            log.warning("torch.compile warm-up did not finish within %.0f s", timeout_s)
+    notified: set[str] = set()
+
+    def _notify(key: str) -> None:
+        if on_done is not None and key not in notified:
+            notified.add(key)
+            try:
+                on_done(key)
+            except Exception:  # a waiter that went away must not stop the warm-up
+                log.debug("warm-up on_done(%s) failed", key, exc_info=True)
+
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init,
+                                 initargs=(device_index, threads)) as ex:
+            futs = {ex.submit(_warm_one, p.code, p.file_name, precision, modes, no_grad, device, seed): p
+                    for p in problems}
+            try:
+                for f in as_completed(futs, timeout=timeout_s):
+                    p = futs[f]
+                    try:
+                        res[p.key] = f.result()
+                    except Exception as e:  # a worker died (segfault in a reference, say)
+                        res[p.key] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                    _notify(p.key)
+            except TimeoutError:
+                log.warning("torch.compile warm-up did not finish within %.0f s", timeout_s)
+    finally:
+        for p in problems:  # nobody waits forever on a compile that did not happen
+            _notify(p.key)
     res["_wall_s"] = round(time.perf_counter() - t0, 2)
     return res

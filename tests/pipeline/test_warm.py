@@ -1,0 +1,61 @@
+"""The torch.compile warm-up reports each problem as soon as its compile is done, so that problem's
+timing can start while other references still compile; a failing reference is reported too."""
+
+from __future__ import annotations
+
+import threading
+
+from kernelbench_harness.core import Problem
+from kernelbench_harness.execution.warm import warm_compile
+
+GOOD = '''
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2.0
+def get_inputs():
+    return [torch.rand(8)]
+def get_init_inputs():
+    return []
+'''
+BAD = GOOD.replace("return [torch.rand(8)]", "raise RuntimeError('broken reference')")
+
+
+def test_every_problem_is_reported_once_with_its_own_result():
+    problems = [Problem(1, 1, "Good", GOOD, "1_Good.py"), Problem(1, 2, "Bad", BAD, "2_Bad.py")]
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def on_done(key: str) -> None:
+        with lock:
+            seen.append(key)
+
+    res = warm_compile(problems, precision="fp32", modes=[], no_grad=True, device_index=None, workers=2,
+                       on_done=on_done)
+    assert sorted(seen) == sorted(p.key for p in problems)  # each once
+    assert "error" in res[problems[1].key] and "broken reference" in res[problems[1].key]["error"]
+    assert res[problems[0].key] == {}
+
+
+def test_a_failing_callback_does_not_stop_the_warm_up():
+    problems = [Problem(1, 1, "Good", GOOD, "1_Good.py")]
+
+    def on_done(key: str) -> None:
+        raise ValueError("waiter gone")
+
+    res = warm_compile(problems, precision="fp32", modes=[], no_grad=True, device_index=None, workers=1,
+                       on_done=on_done)
+    assert problems[0].key in res
+
+
+def test_a_run_with_warm_up_workers_evaluates_after_each_problems_own_compile(tmp_path):
+    import asyncio
+
+    from kernelbench_harness.runner import RunConfig, execute_run
+
+    cfg = RunConfig(model="bundled", levels=(1,), ids="1", run_name="warm", db=f"sqlite:///{tmp_path / 'kb.db'}",
+                    gpus="cpu", build_cache=str(tmp_path / "cache"), warm_workers=1, timeout_s=120)
+    s = asyncio.run(execute_run(cfg))
+    assert s.outcomes == {"correct": 1}
+    assert s.warm and all(k.startswith("_") or isinstance(v, dict) for k, v in s.warm.items())
+    assert len([k for k in s.warm if not k.startswith("_")]) == 1  # the reference was warmed
