@@ -63,6 +63,10 @@ def main() -> int:
         for k in ("reference", "build", "construct", "time", "baselines", "total"):
             if k in phases:
                 print(f"   sum of phase '{k}': {phases[k]:.1f} s")
+        slot = {k: v for k, v in phases.items() if k.startswith("slot_")}
+        if slot:  # the trusted side's split of each candidate's evaluation
+            print("   inside the device slot: " + ", ".join(f"{k[5:]} {v:.1f} s" for k, v in
+                                                          sorted(slot.items(), key=lambda kv: -kv[1])))
         warm = (info.config or {}).get("warm")
         if warm:
             print(f"   warm-up: {warm}")

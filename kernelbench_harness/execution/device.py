@@ -552,7 +552,13 @@ class DeviceEvaluator:
         profile: dict[str, Any] = {}
         build_info: dict[str, Any] = {}
         state = "start"
+        last = [time.perf_counter()]
 
+        def mark(name: str) -> None:
+            """Trusted-side wall seconds of one step of the candidate's evaluation (``slot_*``)."""
+            now = time.perf_counter()
+            phase[f"slot_{name}"] = phase.get(f"slot_{name}", 0.0) + (now - last[0])
+            last[0] = now
 
         def add(msg: dict[str, Any]) -> None:
             for f in msg.get("findings") or []:
@@ -578,6 +584,7 @@ class DeviceEvaluator:
             mono0 = time.monotonic()
             hello = expect(mono0 + 120, "hello")
             env_note = hello.get("sandbox") or {}
+            mark("start")  # process start, sandbox, imports
             state = "build"
             built = expect(mono0 + job.build_timeout_s, "built")
             build_info = built.get("build") or {}
@@ -592,6 +599,7 @@ class DeviceEvaluator:
             run_deadline = time.monotonic() + job.timeout_s
             constructed = expect(run_deadline, "constructed")
             weights = constructed.get("weights") or {}
+            mark("build_construct")
             ok = True
             for i in range(ctx.n_correct):
                 msg = expect(run_deadline, "output")
@@ -605,9 +613,11 @@ class DeviceEvaluator:
                     break
                 h.chan.send({"cmd": "next"} if i + 1 < ctx.n_correct else {"cmd": "continue"})
             static_cheat = any(f.severity is Severity.CHEAT for f in findings)
+            mark("correctness")  # candidate calls and trusted-side comparisons
             if ok and self.device.type == "cuda":
                 h.chan.send({"cmd": "profile", "set": 0})
                 profile = expect(run_deadline, "profile").get("profile") or {}
+                mark("profile")
             if ok and not static_cheat:
                 state = "time"
                 with self.timing_window("candidate") as window:
@@ -616,6 +626,7 @@ class DeviceEvaluator:
                 timing_windows.append(window)
                 stats = TimingStats.from_dict(tm.get("stats"))
                 tinfo = tm.get("info") or {}
+                mark("timing")  # includes waiting for the device's timing lock
                 if job.protocol.recheck_after_timing:
                     state = "recheck"
                     h.chan.send({"cmd": "recheck", "set": ctx.recheck_set, "inplace": True})
@@ -633,8 +644,10 @@ class DeviceEvaluator:
                         findings.append(Finding("runtime.history", Severity.CHEAT, "history",
                                                 "output for input set 0 differs when computed again after other "
                                                 f"calls: {rc.detail}", {"reason": rc.reason}))
+            mark("recheck")
             h.chan.send({"cmd": "finish"})
             done = expect(time.monotonic() + 60, "done")
+            mark("finish")
             build_info = done.get("build") or build_info
             phase.update({k: float(v) for k, v in (done.get("phase_s") or {}).items() if isinstance(v, (int, float))})
             res = self._verdict(job, ctx, compared, ok, findings, stats, tinfo, launches, profile, build_info)

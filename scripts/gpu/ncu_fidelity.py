@@ -40,9 +40,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 SQL = """
-select s.problem_id, s.model, a.code, rp.source, r.candidate_ms
+select s.problem_id, s.model, a.code, p.code, r.candidate_ms
 from results r join attempts a on r.attempt_pk = a.id join samples s on a.sample_pk = s.id
-join runs ru on s.run_id = ru.id join run_problems rp on rp.run_id = s.run_id and rp.problem_pk = s.problem_pk
+join runs ru on s.run_id = ru.id join problems p on p.id = s.problem_pk
 where ru.run_name = ? and s.level = 1 and r.outcome = 'correct' order by s.problem_id, s.model
 """
 
@@ -136,9 +136,31 @@ def main() -> int:
         rows.append((pid, model, code, source, cms))
         if len(rows) == a.n:
             break
+    import asyncio
+
+    import torch
+
+    from kernelbench_harness.core import Backend, Candidate
+    from kernelbench_harness.execution.build import target_arch_list
+    from kernelbench_harness.execution.builder import BuildPool
+
+    # build every candidate's extensions at once, into kbench's cache, with the arch list the
+    # children use (they load from the cache instead of compiling one after the other)
+    arch = target_arch_list(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
+    pool = BuildPool(REPO / "results" / "build_cache", workers=max(1, len(rows)), arch_list=arch)
+
+    async def build_all() -> list:
+        return await asyncio.gather(*(pool.build(Candidate(1, pid, code, Backend.detect(code)))
+                                      for pid, _, code, _, _ in rows))
+    try:
+        built = asyncio.run(build_all())
+    finally:
+        pool.close()
+    print("builds: " + ", ".join(b.status for b in built), flush=True)
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     result: dict = {"ncu": ncu, "iters": a.iters, "candidates": []}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env["TORCH_CUDA_ARCH_LIST"] = arch or ""
     for pid, model, code, source, cms in rows:
         wd = Path(tempfile.mkdtemp(prefix="kbncu_"))
         (wd / "problem.py").write_text(source)

@@ -34,6 +34,9 @@ def test_extension_built_once_by_the_pool_and_loaded_from_the_cache(tmp_path):
         assert att.result.outcome is Outcome.CORRECT
         # the evaluation found the pool's binary: nothing compiled inside the device slot
         assert build["built"] == [] and len(build["cache_hits"]) == 1
+        # the trusted side's split of the evaluation is stored (issue 7: where the time goes)
+        assert {"slot_start", "slot_build_construct", "slot_correctness", "slot_timing", "slot_finish"} \
+            <= set(att.result.phase_s)
     finally:
         st.close()
     second = _run(tmp_path, "second")
