@@ -33,7 +33,7 @@ from .build import target_arch_list
 from .channel import ChannelClosed, ChannelError, ChannelTimeout
 from .guards import apply_tf32, cheat_findings, static_findings
 from .process import ChildHandle, Launcher
-from .sandbox import clean_environment
+from .sandbox import clean_environment, site_write_dirs
 from .tensorio import TensorFormatError, encode_value, read_tensor, write_tensor
 from .verify import Comparison, compare_outputs, flatten_outputs, lower_precision_bound_ok
 
@@ -311,7 +311,8 @@ class DeviceEvaluator:
             jobdir = Path(tempfile.mkdtemp(prefix="probe_", dir=self.scratch))
             job = {"mode": "probe", "job_dir": str(jobdir), "inputs_dir": str(jobdir), "device": str(self.device),
                    "protocol": {}}
-            cfg = {"private_dir": str(jobdir), "cpu_time_s": 600, "file_size_bytes": 1 << 30, **layers}
+            cfg = {"private_dir": str(jobdir), "cpu_time_s": 600, "file_size_bytes": 1 << 30,
+                   "extra_write_dirs": site_write_dirs(), **layers}
             try:
                 h = self.launcher.start(job, cfg)
                 try:
@@ -499,6 +500,7 @@ class DeviceEvaluator:
             "file_size_bytes": max(8 << 30, 0),
             "address_space_bytes": self.memory_limit * 2 if self.device.type == "cpu" else 0,
             "limit_address_space": False,
+            "extra_write_dirs": site_write_dirs(),
             **(self.layers or {"new_netns": True, "landlock": True}),
         }
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 __all__ = ["SandboxConfig", "clean_environment", "apply_sandbox", "looks_secret", "landlock_abi", "LAYER_SETS",
+           "site_write_dirs",
            "make_undumpable"]
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,8 @@ class SandboxConfig:
 
     Attributes:
         private_dir: the only folder tree the candidate may write (plus ``/dev``).
-        extra_write_dirs: more writable trees (e.g. a build folder).
+        extra_write_dirs: more writable trees (e.g. a build folder; ``/proc/self`` is the process's
+            own /proc folder).
         cpu_time_s: RLIMIT_CPU (seconds of CPU, all threads); 0 = unlimited.
         file_size_bytes: RLIMIT_FSIZE; 0 = unlimited.
         address_space_bytes: RLIMIT_AS, applied only when ``limit_address_space`` (CPU devices).
@@ -225,7 +227,8 @@ def apply_sandbox(cfg: SandboxConfig) -> dict[str, str]:
         else:
             applied["netns"] = f"refused errno={ctypes.get_errno()}"
     if cfg.landlock:
-        dirs = [cfg.private_dir, *cfg.extra_write_dirs, "/dev"]
+        dirs = [cfg.private_dir, *(f"/proc/{os.getpid()}" if d == "/proc/self" else d for d in cfg.extra_write_dirs),
+                "/dev"]
         try:
             applied["landlock"] = _landlock(dirs, deny_tcp=cfg.landlock_tcp and not cfg.allow_network,
                                             scope=cfg.landlock_scope)
@@ -237,6 +240,16 @@ def apply_sandbox(cfg: SandboxConfig) -> dict[str, str]:
         applied["seccomp"] = _deny_unix_sockets()
     Path(cfg.private_dir).mkdir(parents=True, exist_ok=True)
     return applied
+
+
+def site_write_dirs() -> tuple[str, ...]:
+    """Folders this machine's GPU stack must write, from ``$KBENCH_SANDBOX_WRITE_DIRS`` (comma- or
+    colon-separated; ``/proc/self`` means the candidate process's own /proc folder), read on the
+    trusted side and passed as ``SandboxConfig.extra_write_dirs``. Empty by default: set it when the
+    layer probe shows that Landlock stops the device from initialising (``scripts/gpu/landlock_diag.py``
+    finds which folder the driver needs)."""
+    raw = os.environ.get("KBENCH_SANDBOX_WRITE_DIRS", "").replace(":", ",")
+    return tuple(d.strip() for d in raw.split(",") if d.strip())
 
 
 def _deny_unix_sockets() -> str:

@@ -4,6 +4,7 @@
 # device tool's 10 minutes; a phase cut short by its limit continues (`--resume`) in the next call:
 #   replay    kernelsseum-v0 levels 1-3, every replayed candidate (issues 2 and 6), run "kernelsseum"
 #   bundled   the bundled suite, every solution variant (issue 6's leaderboard)
+#   diag      scripts/gpu/landlock_diag.py: which sandbox layer stops CUDA here (about 1 minute)
 #   exploits  scripts/gpu/exploits.py, the GPU-only exploit kinds (issue 4)
 #   repeat    scripts/gpu/repeatability.py: 20 level-1 candidates, kbench and kernelbench protocols,
 #             each in its own store (issue 3)
@@ -49,6 +50,8 @@ for phase in ${PHASES//,/ }; do
     bundled)
       timeout ${T_BUNDLED:-120} $KB run --model bundled -O variant=all --run-name bundled $(resume_flag bundled) \
         --db $DB --display plain --no-report 2>&1 | grep -v -i "warn" >> "$OUT/session.log" ;;
+    diag)
+      timeout ${T_DIAG:-120} python3 scripts/gpu/landlock_diag.py >> "$OUT/session.log" 2>&1 ;;
     exploits)
       timeout ${T_EXPLOITS:-150} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" ${EXPLOITS_ONLY:+--only $EXPLOITS_ONLY} >> "$OUT/session.log" 2>&1 ;;
     fid)
