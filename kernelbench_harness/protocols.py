@@ -83,6 +83,11 @@ class Protocol:
         statistic: ``median`` or ``mean``.
         round_sig: round reported times to this many significant figures (KernelBench: 3), or None.
         rotate_inputs: number of input sets cycled through during timing (1 = same input every call).
+        alternate_rounds: when a job measures baselines, time the candidate, eager and each
+            torch.compile mode in this many interleaved blocks (candidate, eager, compile, candidate,
+            ...; each block gets ``1/alternate_rounds`` of the trials and the time budget) and pool each
+            one's samples, so drift of the machine (clocks, temperature, other load) touches all three
+            alike. 1 = one block each, one after the other. Cached baselines are not re-timed.
         candidate_no_grad: time the candidate under ``torch.no_grad`` (KernelBench: autograd on).
         reference_no_grad: run and time the reference under ``no_grad``.
         baseline_modes: torch.compile modes measured as baselines.
@@ -128,6 +133,7 @@ class Protocol:
     statistic: str = "median"
     round_sig: int | None = None
     rotate_inputs: int = 3
+    alternate_rounds: int = 3
     candidate_no_grad: bool = True
     reference_no_grad: bool = True
     baseline_modes: tuple[str, ...] = ("default",)
@@ -154,6 +160,8 @@ class Protocol:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Protocol":
         kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
+        if "name" in d and "alternate_rounds" not in d:
+            kw["alternate_rounds"] = 1  # stored before the field existed: nothing alternated
         if "tolerances" in kw:
             kw["tolerances"] = {k: (v if isinstance(v, Tolerance) else Tolerance(*v)) for k, v in kw["tolerances"].items()}
         if "baseline_modes" in kw:
@@ -169,7 +177,7 @@ class Protocol:
         """Hash of the settings that change a baseline's time (not the correctness judge)."""
         keys = ("precision", "timer", "l2_flush", "l2_flush_bytes", "warmup", "trials", "adaptive", "max_trials",
                 "target_ci_rel", "discard_first", "statistic", "round_sig", "rotate_inputs", "reference_no_grad",
-                "tf32")
+                "tf32", "alternate_rounds")
         blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -198,6 +206,7 @@ _BASE: dict[str, Protocol] = {
         statistic="mean",
         round_sig=3,
         rotate_inputs=1,
+        alternate_rounds=1,
         candidate_no_grad=False,
         reference_no_grad=True,
         recheck_after_timing=False,
@@ -224,6 +233,7 @@ _BASE: dict[str, Protocol] = {
         time_budget_s=1e9,
         statistic="mean",
         rotate_inputs=1,
+        alternate_rounds=1,
         candidate_no_grad=True,
         recheck_after_timing=False,
         both_orders=False,

@@ -44,7 +44,9 @@ def main() -> int:
                 phases[k] += float(v)
             windows += r.extra.get("timing_windows") or []
             for bi in (r.extra.get("baseline_info") or {}).values():
-                if bi and bi.get("window"):
+                if bi and bi.get("windows"):  # alternated baselines: one window per block
+                    windows += bi["windows"]
+                elif bi and bi.get("window"):
                     windows.append(bi["window"])
         busy = sum(w["end"] - w["start"] for w in windows)
         by_dev = defaultdict(list)

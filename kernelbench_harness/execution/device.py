@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import logging
 import os
@@ -22,7 +23,7 @@ import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -387,15 +388,24 @@ class DeviceEvaluator:
             is in ``context(...).baseline_info[mode]``.
         """
         ctx = self.context(problem, protocol, run_seed)
-        apply_tf32(protocol.tf32)
         settings = _timing.TimerSettings.from_protocol(protocol, self.device)
+        fns = self._prepare_baselines(ctx, protocol, modes)
+        blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
+        for mode, (fn, _compile_s) in fns.items():
+            self._time_baseline_block(ctx, mode, fn, settings, blocks)
+        return self._finish_baselines(ctx, modes, fns, blocks, settings)
+
+    def _prepare_baselines(self, ctx: ProblemContext, protocol: Protocol,
+                           modes: list[str]) -> dict[str, tuple[Callable[[int], Any], float]]:
+        """A timing function per baseline mode not measured yet (torch.compile done here, outside any
+        timing window), with its compile seconds; failures go to ``ctx.baseline_info``."""
+        apply_tf32(protocol.tf32)
         sets = [_to_device(ctx.sets_cpu[i], self.device, ctx.dtype, ctx.cast_all) for i in ctx.timing_sets]
         k = len(sets)
-        out: dict[str, TimingStats] = {}
         grad = torch.no_grad if protocol.reference_no_grad else torch.enable_grad
+        out: dict[str, tuple[Callable[[int], Any], float]] = {}
         for mode in modes:
             if mode in ctx.baselines:
-                out[mode] = ctx.baselines[mode]
                 continue
             try:
                 if mode == "eager":
@@ -416,16 +426,42 @@ class DeviceEvaluator:
                     with grad():
                         return _m(*sets[i % k])
 
-                with self.timing_window(mode) as window:
-                    stats, info = _timing.time_callable(fn, self.device, settings)
-                info["window"] = window
-                out[mode] = stats
-                ctx.baselines[mode] = stats
-                ctx.baseline_info[mode] = {"compile_s": round(compile_s, 3), **{kk: v for kk, v in info.items()
-                                                                                 if kk != "synced_ms"}}
+                out[mode] = (fn, compile_s)
             except Exception as e:
-                log.warning("%s: baseline %s failed: %s", problem.key, mode, e)
+                log.warning("%s: baseline %s failed: %s", ctx.problem.key, mode, e)
                 ctx.baseline_info[mode] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+        return out
+
+    def _time_baseline_block(self, ctx: ProblemContext, mode: str, fn: Callable[[int], Any],
+                             settings: _timing.TimerSettings,
+                             blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]]) -> None:
+        """One timed block of a baseline, inside a timing window (the device's timing lock held)."""
+        try:
+            with self.timing_window(mode) as window:
+                stats, info = _timing.time_callable(fn, self.device, settings)
+            info["window"] = window
+            blocks.setdefault(mode, []).append((stats, info))
+        except Exception as e:
+            log.warning("%s: baseline %s failed: %s", ctx.problem.key, mode, e)
+            ctx.baseline_info[mode] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+
+    def _finish_baselines(self, ctx: ProblemContext, modes: list[str],
+                          fns: dict[str, tuple[Callable[[int], Any], float]],
+                          blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]],
+                          settings: _timing.TimerSettings) -> dict[str, TimingStats]:
+        """Pool each mode's blocks into its stats and remember them in ``ctx`` (cached per problem)."""
+        out: dict[str, TimingStats] = {}
+        for mode in modes:
+            if mode in ctx.baselines:
+                out[mode] = ctx.baselines[mode]
+                continue
+            if mode not in blocks or "error" in (ctx.baseline_info.get(mode) or {}):
+                continue
+            stats, info = pool_blocks(blocks[mode], settings)
+            out[mode] = stats
+            ctx.baselines[mode] = stats
+            ctx.baseline_info[mode] = {"compile_s": round(fns[mode][1], 3),
+                                       **{kk: v for kk, v in info.items() if kk != "synced_ms"}}
         return out
 
     def evaluate(self, job: EvalJob) -> EvalResult:
@@ -448,19 +484,22 @@ class DeviceEvaluator:
         phase["reference"] = ctx.setup_s
         modes = ["eager", f"compile:{protocol.compile_mode}"]
         known = dict(job.baselines)
+        # baselines timed in this job alternate with the candidate (protocol.alternate_rounds)
+        measured: dict[str, TimingStats] = {}
+        alternate = ([m for m in modes if m not in known and m not in ctx.baselines]
+                     if protocol.alternate_rounds > 1 else [])
         jobdir = Path(tempfile.mkdtemp(prefix="cand_", dir=self.scratch))
         try:
-            res = self._run_candidate(job, ctx, jobdir, findings, phase)
+            res = self._run_candidate(job, ctx, jobdir, findings, phase, alternate=alternate, measured=measured)
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
         # baselines: only needed when the candidate produced a time
-        measured: dict[str, TimingStats] = {}
         if res.candidate is not None:
-            missing = [m for m in modes if m not in known]
+            missing = [m for m in modes if m not in known and m not in measured]
             if missing:
                 t0 = time.perf_counter()
-                measured = self.measure_baselines(job.problem, protocol, job.run_seed, missing)
-                phase["baselines"] = time.perf_counter() - t0
+                measured.update(self.measure_baselines(job.problem, protocol, job.run_seed, missing))
+                phase["baselines"] = phase.get("baselines", 0.0) + time.perf_counter() - t0
             allb = {**known, **measured}
             eager = allb.get("eager")
             comp = allb.get(f"compile:{protocol.compile_mode}")
@@ -510,7 +549,6 @@ class DeviceEvaluator:
         for sub in ("home", "tmp", "build", "outputs"):
             (jobdir / sub).mkdir(exist_ok=True)
         settings = _timing.TimerSettings.from_protocol(job.protocol, self.device)
-        import dataclasses
 
         return {
             "mode": "eval",
@@ -542,7 +580,12 @@ class DeviceEvaluator:
         return outs
 
     def _run_candidate(self, job: EvalJob, ctx: ProblemContext, jobdir: Path, findings: list[Finding],
-                       phase: dict[str, float]) -> EvalResult:
+                       phase: dict[str, float], *, alternate: list[str] | None = None,
+                       measured: dict[str, TimingStats] | None = None) -> EvalResult:
+        """Run the candidate's process through build, correctness, profile, timing and rechecks.
+
+        ``alternate``: baseline modes to time in this job, interleaved with the candidate's timing in
+        ``job.protocol.alternate_rounds`` blocks each; their pooled stats go into ``measured``."""
         childjob = self._child_job(job, ctx, jobdir)
         timing_windows: list[dict[str, Any]] = []
         env_note = {}
@@ -622,13 +665,34 @@ class DeviceEvaluator:
                 mark("profile")
             if ok and not static_cheat:
                 state = "time"
-                with self.timing_window("candidate") as window:
-                    h.chan.send({"cmd": "time"})
-                    tm = expect(run_deadline + job.timeout_s, "timing")
-                timing_windows.append(window)
-                stats = TimingStats.from_dict(tm.get("stats"))
-                tinfo = tm.get("info") or {}
-                mark("timing")  # includes waiting for the device's timing lock
+                rounds = max(1, int(job.protocol.alternate_rounds)) if alternate else 1
+                full = _timing.TimerSettings.from_protocol(job.protocol, self.device)
+                fns: dict[str, tuple[Callable[[int], Any], float]] = {}
+                if rounds > 1:
+                    t0 = time.perf_counter()
+                    fns = self._prepare_baselines(ctx, job.protocol, list(alternate or []))
+                    phase["baselines"] = phase.get("baselines", 0.0) + time.perf_counter() - t0
+                    mark("baseline_compile")
+                part = block_settings(full, rounds)
+                cand_blocks: list[tuple[TimingStats, dict[str, Any]]] = []
+                base_blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
+                for _r in range(rounds):
+                    with self.timing_window("candidate") as window:
+                        h.chan.send({"cmd": "time", "timer": dataclasses.asdict(part)} if rounds > 1
+                                    else {"cmd": "time"})
+                        tm = expect(run_deadline + job.timeout_s, "timing")
+                    timing_windows.append(window)
+                    cand_blocks.append((TimingStats.from_dict(tm.get("stats")), tm.get("info") or {}))
+                    if rounds > 1:
+                        t0 = time.perf_counter()
+                        for mode, (fn, _c) in fns.items():
+                            self._time_baseline_block(ctx, mode, fn, part, base_blocks)
+                        phase["baselines"] = phase.get("baselines", 0.0) + time.perf_counter() - t0
+                stats, tinfo = pool_blocks(cand_blocks, part)
+                tinfo.pop("windows", None)
+                if rounds > 1 and measured is not None:
+                    measured.update(self._finish_baselines(ctx, list(alternate or []), fns, base_blocks, part))
+                mark("timing")  # includes waiting for the device's timing lock, and alternated baselines
                 if job.protocol.recheck_after_timing:
                     state = "recheck"
                     h.chan.send({"cmd": "recheck", "set": ctx.recheck_set, "inplace": True})
@@ -785,6 +849,54 @@ def _log_tail(jobdir: Path, n: int = 4000) -> str:
         return data.decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],
+                settings: _timing.TimerSettings) -> tuple[TimingStats, dict[str, Any]]:
+    """Pool timed blocks of one callable (``alternate_rounds``) into one summary over every sample.
+
+    Returns:
+        ``(stats, info)``: stats over the concatenated raw samples (ms); ``info`` with ``synced_ms``
+        concatenated, ``elapsed_s`` summed, ``stopped`` (the only block's reason, or
+        ``alternated:<n>``), ``blocks`` (each block's ``n`` and reason), ``window`` (the first block's)
+        and ``windows`` (every block's), where recorded.
+    """
+    if len(blocks) == 1:
+        stats, info = blocks[0]
+        if "window" in info:
+            info = {**info, "windows": [info["window"]]}
+        return stats, info
+    samples: list[float] = []
+    synced: list[float] = []
+    for st, inf in blocks:
+        samples += list(st.samples_ms)
+        synced += list(inf.get("synced_ms") or [])
+    first = blocks[0][0]
+    stats = _timing.summarize_samples(samples, timer=first.timer, statistic=first.statistic,
+                                      round_to=settings.round_sig)
+    info: dict[str, Any] = {"synced_ms": synced, "elapsed_s": sum(float(i.get("elapsed_s", 0.0)) for _, i in blocks),
+                            "stopped": f"alternated:{len(blocks)}",
+                            "blocks": [{"n": st.n, "stopped": i.get("stopped")} for st, i in blocks]}
+    for k in ("l2_flush_bytes",):
+        if k in blocks[0][1]:
+            info[k] = blocks[0][1][k]
+    windows = [i["window"] for _, i in blocks if "window" in i]
+    if windows:
+        info["window"], info["windows"] = windows[0], windows
+    return stats, info
+
+
+def block_settings(settings: _timing.TimerSettings, rounds: int) -> _timing.TimerSettings:
+    """One block's share of ``settings`` when timing alternates over ``rounds`` rounds: the trials,
+    the trial cap and the time budget divided (at least 3 trials a block); warm-ups kept (each block
+    warms up again after the others ran)."""
+    if rounds <= 1 or not settings.adaptive:
+        return settings
+    import dataclasses as _dc
+
+    return _dc.replace(settings, trials=max(3, -(-settings.trials // rounds)),
+                       max_trials=max(3, -(-settings.max_trials // rounds)),
+                       time_budget_s=settings.time_budget_s / rounds)
 
 
 def _default_scratch() -> Path:

@@ -456,14 +456,18 @@ class _Job:
                                           "lower-precision arithmetic in an fp32 run: " + "; ".join(evidence[:6]),
                                           ops=evidence))
 
-    def time_it(self) -> None:
+    def time_it(self, timer: dict[str, Any] | None = None) -> None:
+        """One timed block (the trusted side may ask for several, alternating with the baselines);
+        ``timer`` replaces the job's timer settings for this block."""
         # private copies: the in-place recheck later overwrites them with fresh values
         sets = [[x.clone() if _isinstance(x, torch.Tensor) else x for x in self.load_set(i)]
                 for i in self.job["timing_sets"]]
         k = len(sets)
         base = [[x.clone() if _isinstance(x, torch.Tensor) else x for x in s] for s in sets]
         last_scale: list[float | None] = [None] * k
-        trial = [0]
+        # the trial count runs on across blocks, so no input scale is ever used twice in a run
+        trial = self.__dict__.setdefault("_refresh_trial", [0])
+        first = trial[0]  # time_callable numbers this block's trials from 0: keep sets and refreshes in step
 
         def refresh() -> None:
             """Before each timed trial, outside the timed region: new values in the buffers of the set
@@ -481,7 +485,7 @@ class _Job:
                     else:
                         torch.autograd.graph.increment_version(buf)
             last_scale[j] = scale
-        settings = _timing.TimerSettings(**self.job["timer"])
+        settings = _timing.TimerSettings(**(timer or self.job["timer"]))
         model = self.model
 
         nograd = bool(self.protocol.get("candidate_no_grad", True))
@@ -489,13 +493,13 @@ class _Job:
         def fn(i: int) -> Any:
             if nograd:
                 with torch.no_grad():
-                    return model(*sets[i % k])
-            return model(*sets[i % k])
+                    return model(*sets[(first + i) % k])
+            return model(*sets[(first + i) % k])
 
         t0 = _perf_counter()
         with _Forbid(bool(self.protocol.get("forbid_functional"))):
             stats, info = _timing.time_callable(fn, self.device, settings, between=refresh)
-        self.phase_s["time"] = _perf_counter() - t0
+        self.phase_s["time"] = self.phase_s.get("time", 0.0) + _perf_counter() - t0
         self.sync()
         for j in range(k):  # inputs unchanged by the timed calls?
             for n, (buf, src) in enumerate(zip(sets[j], base[j])):
@@ -570,7 +574,7 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
             if c == "profile":
                 j.send({"event": "profile", "profile": j.profile_kernels(int(cmd.get("set", 0)))})
             elif c == "time":
-                j.time_it()
+                j.time_it(cmd.get("timer"))
             elif c == "recheck":
                 j.recheck(int(cmd["set"]), bool(cmd.get("inplace", False)))
             elif c == "finish":
