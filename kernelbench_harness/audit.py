@@ -235,6 +235,11 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     KnownDefect("L2/83", "Conv3d_GroupNorm_Min_Clamp_Dropout", ("nondeterministic",), "dropout in training mode"),
     KnownDefect("L3/35", "LSTM", ("nondeterministic",), "random initial states drawn inside forward"),
     KnownDefect("L1/95", "CrossEntropyLoss", ("int-inputs",), "int64 targets that casting to float breaks"),
+    # torch.rand inputs are non-negative (in [0, 1)), on which these activations return their input
+    KnownDefect("L1/19", "ReLU", ("trivial-passes:input",), "identity on non-negative torch.rand inputs"),
+    KnownDefect("L1/20", "LeakyReLU", ("trivial-passes:input",), "identity on non-negative torch.rand inputs"),
+    KnownDefect("L1/31", "ELU", ("trivial-passes:input",), "identity on non-negative torch.rand inputs"),
+    KnownDefect("L1/32", "HardTanh", ("trivial-passes:input",), "identity on non-negative torch.rand inputs"),
 )
 
 
@@ -411,6 +416,17 @@ def _trivial_outputs(kind: str, refs: list[Any], vals: list[Any], means: list[An
         else:
             outs.append(torch.full_like(r, m))
     return outs
+
+
+def _fill_key(kind: str, means: list[Any]) -> tuple[float, ...] | None:
+    """The values a constant trivial candidate fills its outputs with (one per output), or None when
+    ``kind`` is not constant or a value is not a number. Candidates with equal keys give identical
+    outputs, hence one verdict: ``mean`` is ``zeros`` when every output averages to 0 (L2/83)."""
+    if kind in ("zeros", "ones"):
+        return tuple(float(kind == "ones") for _ in means)
+    if kind == "mean" and all(isinstance(m, (int, float)) for m in means):
+        return tuple(float(m) for m in means)
+    return None
 
 
 def _means(refs: list[Any]) -> list[Any]:
@@ -849,13 +865,18 @@ def _audit_body(problem: Problem, dev: torch.device, protos: list[Protocol], n_s
         need64 = any(alive[k][p.name] for k in TRIVIAL_KINDS for p in judges64)
         r64 = ref64(vals, set_idx) if (judges64 and (need64 or set_idx == 0)) else None
         pieces = _pieces(refs, r64)
+        by_fill: dict[tuple[float, ...], dict[str, bool]] = {}  # constant candidates with equal values
         for kind in TRIVIAL_KINDS:
             outs = _trivial_outputs(kind, refs, vals, means)
+            fill = _fill_key(kind, means)
+            known = by_fill.setdefault(fill, {}) if fill is not None else {}
             for p in protos:
                 if outs is None:
                     alive[kind][p.name] = None
                 elif alive[kind][p.name]:
-                    alive[kind][p.name] = _judge(p, outs, refs, r64, pieces)
+                    if p.name not in known:
+                        known[p.name] = _judge(p, outs, refs, r64, pieces)
+                    alive[kind][p.name] = known[p.name]
             del outs
 
     _phase("judge", lambda: judge_set(vals0, refs0, 0))

@@ -232,6 +232,18 @@ def test_constant_output_with_dropout_is_degenerate_and_nondeterministic() -> No
     assert r.audited and r.eager_ms is not None
 
 
+def test_a_mean_of_zero_reuses_the_zeros_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kernelbench_harness.audit as audit_mod
+
+    calls: list[int] = []
+    judge = audit_mod._judge
+    monkeypatch.setattr(audit_mod, "_judge", lambda *a, **k: calls.append(1) or judge(*a, **k))
+    r = audit_problem(CONSTANT, protocol=get_protocol("cuda-agent"), seeds=2, time_eager=False)
+    assert r.info["trivial"]["mean"] == r.info["trivial"]["zeros"] == {"cuda-agent": True}
+    # the rerun check once, zeros on both sets, ones and input fail on set 0; mean (all 0) is zeros again
+    assert len(calls) == 1 + 2 + 1 + 1
+
+
 def test_output_below_the_tolerance_lets_zeros_pass_allclose_but_not_kbench() -> None:
     r = audit_problem(SMALL)
     assert {"degenerate-small", "trivial-passes:zeros"} <= flags(r)
@@ -471,6 +483,10 @@ _SHRINK: dict[str, tuple[str, dict[str, str]]] = {
     "L1/53": ("level1/53_Min_reduction_over_a_dimension.py", {"batch_size": "2", "dim2": "64"}),
     "L3/35": ("level3/35_LSTM.py", {"batch_size": "2", "sequence_length": "8", "num_layers": "2"}),
     "L1/95": ("level1/95_CrossEntropyLoss.py", {"batch_size": "64"}),
+    "L1/19": ("level1/19_ReLU.py", {"batch_size": "2"}),
+    "L1/20": ("level1/20_LeakyReLU.py", {"batch_size": "2"}),
+    "L1/31": ("level1/31_ELU.py", {"batch_size": "2"}),
+    "L1/32": ("level1/32_HardTanh.py", {"batch_size": "2"}),
 }
 
 
@@ -496,3 +512,7 @@ def test_known_defects_of_kernelbench_main_are_flagged() -> None:
         assert by[k].info["trivial"]["zeros"]["cuda-agent"] is True, k
         assert by[k].info["trivial"]["zeros"]["kbench"] is False, k  # ... but not kbench's float64 bound
     assert by["L1/95"].evidence["int-inputs"]["float_cast"]["changes_output"] is True
+    # torch.rand inputs are non-negative: these activations return the input, which passes every judge
+    for k in ("L1/19", "L1/20", "L1/31", "L1/32"):
+        assert any(d["key"] == k and d["status"] == "caught" for d in status), k
+        assert by[k].info["trivial"]["input"] == {"kbench": True, "kernelbench": True, "cuda-agent": True}, k
