@@ -87,7 +87,9 @@ class Protocol:
             torch.compile mode in this many interleaved blocks (candidate, eager, compile, candidate,
             ...; each block gets ``1/alternate_rounds`` of the trials and the time budget) and pool each
             one's samples, so drift of the machine (clocks, temperature, other load) touches all three
-            alike. 1 = one block each, one after the other. Cached baselines are not re-timed.
+            alike. 1 = one block each, one after the other (the default: while baselines are timed
+            the candidate's process is stopped, but GPU work it queued just before can still run).
+            Cached baselines are not re-timed.
         candidate_no_grad: time the candidate under ``torch.no_grad`` (KernelBench: autograd on).
         reference_no_grad: run and time the reference under ``no_grad``.
         baseline_modes: torch.compile modes measured as baselines.
@@ -133,7 +135,7 @@ class Protocol:
     statistic: str = "median"
     round_sig: int | None = None
     rotate_inputs: int = 3
-    alternate_rounds: int = 3
+    alternate_rounds: int = 1
     candidate_no_grad: bool = True
     reference_no_grad: bool = True
     baseline_modes: tuple[str, ...] = ("default",)

@@ -248,7 +248,31 @@ class ProblemContext:
                                refs64=self.refs64[set_idx] if self.refs64 is not None else None,
                                fp64_multiple=p.fp64_multiple, fp64_floor_rel=p.fp64_floor_rel)
 
+    def compare_on(self, set_idx: int, scale: float | None, outs: list[Any]) -> Comparison:
+        """Judge ``outs`` against the reference on input set ``set_idx`` with its floating tensors
+        multiplied by ``scale`` on the device, as the candidate process refreshes them between timed
+        trials (None or 1.0: the set as stored)."""
+        p = self.protocol
+        vals = _to_device(self.sets_cpu[set_idx], self.device, self.dtype, self.cast_all)
+        if scale is not None and scale != 1.0:
+            vals = [torch.mul(v, scale) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                    for v in vals]
+        grad = torch.no_grad if p.reference_no_grad else torch.enable_grad
+        with grad():
+            ref = _detach_outputs(self.model(*vals))
+            ref64 = None
+            if self.refs64 is not None and "nondeterministic-reference" not in self.flags:
+                if getattr(self, "_m64", None) is None:
+                    self._m64 = copy.deepcopy(self.model_cpu).to(self.device).double()
+                ref64 = _detach_outputs(self._m64(*_upcast(vals, self.device)))
+        tol = p.tolerance
+        judge = "allclose" if "nondeterministic-reference" in self.flags else p.judge
+        return compare_outputs(outs, ref, judge=judge, atol=tol.atol, rtol=tol.rtol, nan_policy=p.nan_policy,
+                               check_dtype=p.check_dtype, refs64=ref64, fp64_multiple=p.fp64_multiple,
+                               fp64_floor_rel=p.fp64_floor_rel)
+
     def free(self) -> None:
+        self._m64 = None
         self.refs.clear()
         if self.refs64:
             self.refs64.clear()
@@ -683,10 +707,13 @@ class DeviceEvaluator:
                         tm = expect(run_deadline + job.timeout_s, "timing")
                     timing_windows.append(window)
                     cand_blocks.append((TimingStats.from_dict(tm.get("stats")), tm.get("info") or {}))
+                    if job.protocol.recheck_after_timing and tm.get("timed"):
+                        self._check_timed_output(ctx, tm["timed"], jobdir, findings)
                     if rounds > 1:
                         t0 = time.perf_counter()
-                        for mode, (fn, _c) in fns.items():
-                            self._time_baseline_block(ctx, mode, fn, part, base_blocks)
+                        with _stopped(h, self.sandbox_on):  # nothing of the candidate runs meanwhile
+                            for mode, (fn, _c) in fns.items():
+                                self._time_baseline_block(ctx, mode, fn, part, base_blocks)
                         phase["baselines"] = phase.get("baselines", 0.0) + time.perf_counter() - t0
                 stats, tinfo = pool_blocks(cand_blocks, part)
                 tinfo.pop("windows", None)
@@ -758,6 +785,29 @@ class DeviceEvaluator:
                                               tag="protocol" if outcome is Outcome.CHEAT else "",
                                               findings=tuple(findings), extra={"phase": state, "sandbox": env_note}),
                                 jobdir)
+
+    def _check_timed_output(self, ctx: ProblemContext, timed: dict[str, Any], jobdir: Path,
+                            findings: list[Finding]) -> None:
+        """Judge the output of the block's last timed call against the reference on the very inputs of
+        that call (input set ``timed["set"]`` as refreshed, floating values times ``timed["scale"]``): a
+        result served from a cache keyed on approximate contents is stale there (EXPLOITS K-16)."""
+        try:
+            set_idx = int(timed.get("set", 0))
+            scale = timed.get("scale")
+            if not 0 <= set_idx < len(ctx.sets_cpu):
+                raise TensorFormatError(f"timed output for unknown input set {set_idx}")
+            outs = self._read_outputs(timed, jobdir)
+            cmp = ctx.compare_on(set_idx, float(scale) if scale is not None else None, outs)
+        except TensorFormatError as e:
+            findings.append(Finding("runtime.protocol", Severity.CHEAT, "protocol", f"timed output: {e}"))
+            return
+        except Exception as e:  # the reference failing here is not the candidate's doing
+            log.warning("%s: timed-output check skipped: %s", ctx.problem.key, e)
+            return
+        if not cmp.ok:
+            findings.append(Finding("runtime.replay", Severity.TIMING, "replay",
+                                    "the output of a timed call is wrong for the inputs of that call (a cached "
+                                    f"or stale result was timed): {cmp.detail}", {"reason": cmp.reason}))
 
     def _finish(self, h: ChildHandle | None, res: EvalResult, jobdir: Path) -> EvalResult:
         if h is not None:
@@ -849,6 +899,30 @@ def _log_tail(jobdir: Path, n: int = 4000) -> str:
         return data.decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+@contextlib.contextmanager
+def _stopped(h: ChildHandle | None, own_group: bool) -> Iterator[None]:
+    """SIGSTOP the candidate's process (its whole process group when sandboxed: it leads one) for the
+    duration, SIGCONT after: no thread of it can run while the trusted side times the baselines."""
+    import signal
+
+    stop = (lambda sig: os.killpg(h.pid, sig)) if own_group else (lambda sig: os.kill(h.pid, sig))
+    stopped = False
+    if h is not None:
+        try:
+            stop(signal.SIGSTOP)
+            stopped = True
+        except OSError:
+            pass
+    try:
+        yield
+    finally:
+        if stopped:
+            try:
+                stop(signal.SIGCONT)
+            except OSError:
+                pass
 
 
 def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],

@@ -490,11 +490,17 @@ class _Job:
 
         nograd = bool(self.protocol.get("candidate_no_grad", True))
 
+        timed: dict[str, Any] = {}
+
         def fn(i: int) -> Any:
+            j = (first + i) % k
             if nograd:
                 with torch.no_grad():
-                    return model(*sets[(first + i) % k])
-            return model(*sets[(first + i) % k])
+                    out = model(*sets[j])
+            else:
+                out = model(*sets[j])
+            timed["out"], timed["set"] = out, j  # the last call is a timed one: judged afterwards
+            return out
 
         t0 = _perf_counter()
         with _Forbid(bool(self.protocol.get("forbid_functional"))):
@@ -511,7 +517,21 @@ class _Job:
                                                   f"forward wrote into input {n} during timing (set {j})"))
         self.timing_buffers = sets
         self.check_integrity("after timing")
-        self.send({"event": "timing", "stats": stats.to_dict(), "info": info})
+        msg: dict[str, Any] = {"event": "timing", "stats": stats.to_dict(), "info": info}
+        if "out" in timed:
+            descs: list[Any] = []
+            for n, o in enumerate(_flatten(timed["out"])):
+                if _isinstance(o, torch.Tensor):
+                    o = o.detach()
+                    if _type(o) is not _Tensor:
+                        o = o.as_subclass(_Tensor)
+                    descs.append(write_tensor(o, self.dir / "outputs" / f"out_timed_{trial[0]}_{n}.bin"))
+                elif o is None or _isinstance(o, (int, float, bool)):
+                    descs.append({"value": o})
+                else:
+                    descs.append({"unsupported": _type(o).__name__})
+            msg["timed"] = {"set": timed["set"], "scale": last_scale[timed["set"]], "descs": descs}
+        self.send(msg)
 
     def recheck(self, idx: int, inplace: bool) -> None:
         """Fresh values; with ``inplace`` they are copied into the buffers used during timing, so a

@@ -10,8 +10,11 @@ from kernelbench_harness.core import Backend, Candidate, Outcome
 from kernelbench_harness.execution.device import DeviceEvaluator, EvalJob
 from kernelbench_harness.protocols import get_protocol
 
-from .evalkit import AFFINE, FAST_KBENCH, STAND_IN_BASELINES, describe
+from .evalkit import AFFINE, STAND_IN_BASELINES, describe
 from .test_outcomes import TRITON_OK
+
+# alternation is off by default (see Protocol.alternate_rounds); these tests switch it on
+ALT = get_protocol("kbench", warmup=1, trials=5, max_trials=12, time_budget_s=0.2, alternate_rounds=3)
 
 
 def _job(protocol: Any, baselines: dict) -> EvalJob:
@@ -27,8 +30,8 @@ def _windows(res) -> list[tuple[float, str]]:
 
 
 def test_candidate_eager_and_compile_alternate_when_baselines_are_measured(evaluator: DeviceEvaluator) -> None:
-    assert FAST_KBENCH.alternate_rounds == 3
-    res = evaluator.evaluate(_job(FAST_KBENCH, {}))
+    assert get_protocol("kbench").alternate_rounds == 1  # off unless asked for
+    res = evaluator.evaluate(_job(ALT, {}))
     assert res.outcome is Outcome.CORRECT, describe(res)
     assert _windows(res) == ["candidate", "eager", "compile:default"] * 3
     assert res.extra["timing_info"]["stopped"] == "alternated:3"
@@ -43,7 +46,7 @@ def test_candidate_eager_and_compile_alternate_when_baselines_are_measured(evalu
 
 
 def test_cached_baselines_are_not_timed_again_and_the_candidate_is_timed_once(evaluator: DeviceEvaluator) -> None:
-    res = evaluator.evaluate(_job(FAST_KBENCH, dict(STAND_IN_BASELINES)))
+    res = evaluator.evaluate(_job(ALT, dict(STAND_IN_BASELINES)))
     assert res.outcome is Outcome.CORRECT, describe(res)
     assert _windows(res) == ["candidate"]
     assert res.extra["timing_info"]["stopped"] != "alternated:3"
@@ -67,7 +70,7 @@ def test_a_content_keyed_cache_gains_nothing_across_blocks(evaluator: DeviceEval
 
     def run(source: str, seed: int):
         cand = Candidate(AFFINE.level, AFFINE.problem_id, source, Backend.detect(source))
-        return evaluator.evaluate(EvalJob(AFFINE, cand, FAST_KBENCH, run_seed=seed, baselines={}, timeout_s=60,
+        return evaluator.evaluate(EvalJob(AFFINE, cand, ALT, run_seed=seed, baselines={}, timeout_s=60,
                                           build_timeout_s=60))
 
     honest, cached = run(honest_src, 13), run(src, 14)  # own seeds: each measures (and alternates) baselines
@@ -76,3 +79,43 @@ def test_a_content_keyed_cache_gains_nothing_across_blocks(evaluator: DeviceEval
     if cached.candidate is not None:
         assert cached.extra["timing_info"]["stopped"] == "alternated:3"
         assert cached.candidate.median_ms > 0.3 * honest.candidate.median_ms, (cached.candidate, honest.candidate)
+
+
+def test_the_candidate_process_is_stopped_while_baselines_are_timed(tmp_path) -> None:
+    """Review finding: with alternation, a native thread of the candidate could burn the CPU (or launch
+    work) while the trusted side times eager and torch.compile, inflating them. ``_stopped`` SIGSTOPs
+    the candidate's process group for that time: here a busy child makes no progress inside it."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    from kernelbench_harness.execution.device import _stopped
+
+    counter = tmp_path / "n"
+    code = ("import os, sys\nos.setsid()\nn = 0\nwhile True:\n    n += 1\n    if n % 20000 == 0:\n"
+            "        open(sys.argv[1], 'w').write(str(n))\n")
+    p = subprocess.Popen([sys.executable, "-c", code, str(counter)])
+    try:
+        def value() -> int:
+            try:
+                return int(counter.read_text() or 0)
+            except (OSError, ValueError):
+                return 0
+
+        deadline = time.time() + 20
+        while value() == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # let it leave setsid behind: it leads its own process group
+        with _stopped(SimpleNamespace(pid=p.pid), own_group=True):
+            time.sleep(0.1)
+            frozen = value()
+            time.sleep(0.5)
+            assert value() == frozen  # no progress while stopped
+        time.sleep(0.5)
+        assert value() > frozen  # and it runs again afterwards
+        assert os.getpgid(p.pid) == p.pid
+    finally:
+        p.kill()
+        p.wait()
