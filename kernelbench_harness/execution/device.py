@@ -18,6 +18,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import time
 import types
@@ -202,7 +203,7 @@ class ProblemContext:
             self.flags.append("nondeterministic-reference")
         if self.refs64 is not None:
             try:
-                m64 = copy.deepcopy(self.model_cpu).to(device).double()
+                m64 = self._model64()
                 with grad():
                     for vals in self.sets_cpu:
                         self.refs64.append(_detach_outputs(m64(*_upcast(vals, device))))
@@ -216,6 +217,11 @@ class ProblemContext:
         self.setup_s = time.perf_counter() - t0
         self.baselines: dict[str, TimingStats] = {}
         self.baseline_info: dict[str, Any] = {}
+        self._m64: Any = None  # float64 model for judging timed outputs, made on first use
+
+    def _model64(self) -> Any:
+        """A float64 copy of the reference model on the device (weights as first initialised)."""
+        return copy.deepcopy(self.model_cpu).to(self.device).double()
 
     @property
     def timing_sets(self) -> list[int]:
@@ -236,6 +242,10 @@ class ProblemContext:
         }
 
     def compare(self, outs: list[Any], set_idx: int) -> Comparison:
+        return self._judge(outs, self.refs[set_idx], self.refs64[set_idx] if self.refs64 is not None else None)
+
+    def _judge(self, outs: list[Any], ref: list[Any], ref64: list[Any] | None) -> Comparison:
+        """``outs`` against reference outputs ``ref`` (and their float64 twin) under the protocol."""
         p = self.protocol
         tol = p.tolerance
         judge = p.judge
@@ -243,10 +253,9 @@ class ProblemContext:
             # a random reference (dropout in training mode, say) has no float64 twin with the same draws:
             # judge against the run-precision reference itself (the problem is flagged for the audit)
             judge = "allclose"
-        return compare_outputs(outs, self.refs[set_idx], judge=judge, atol=tol.atol, rtol=tol.rtol,
-                               nan_policy=p.nan_policy, check_dtype=p.check_dtype,
-                               refs64=self.refs64[set_idx] if self.refs64 is not None else None,
-                               fp64_multiple=p.fp64_multiple, fp64_floor_rel=p.fp64_floor_rel)
+        return compare_outputs(outs, ref, judge=judge, atol=tol.atol, rtol=tol.rtol, nan_policy=p.nan_policy,
+                               check_dtype=p.check_dtype, refs64=ref64, fp64_multiple=p.fp64_multiple,
+                               fp64_floor_rel=p.fp64_floor_rel)
 
     def compare_on(self, set_idx: int, scale: float | None, outs: list[Any]) -> Comparison:
         """Judge ``outs`` against the reference on input set ``set_idx`` with its floating tensors
@@ -262,14 +271,10 @@ class ProblemContext:
             ref = _detach_outputs(self.model(*vals))
             ref64 = None
             if self.refs64 is not None and "nondeterministic-reference" not in self.flags:
-                if getattr(self, "_m64", None) is None:
-                    self._m64 = copy.deepcopy(self.model_cpu).to(self.device).double()
+                if self._m64 is None:
+                    self._m64 = self._model64()
                 ref64 = _detach_outputs(self._m64(*_upcast(vals, self.device)))
-        tol = p.tolerance
-        judge = "allclose" if "nondeterministic-reference" in self.flags else p.judge
-        return compare_outputs(outs, ref, judge=judge, atol=tol.atol, rtol=tol.rtol, nan_policy=p.nan_policy,
-                               check_dtype=p.check_dtype, refs64=ref64, fp64_multiple=p.fp64_multiple,
-                               fp64_floor_rel=p.fp64_floor_rel)
+        return self._judge(outs, ref, ref64)
 
     def free(self) -> None:
         self._m64 = None
@@ -905,8 +910,6 @@ def _log_tail(jobdir: Path, n: int = 4000) -> str:
 def _stopped(h: ChildHandle | None, own_group: bool) -> Iterator[None]:
     """SIGSTOP the candidate's process (its whole process group when sandboxed: it leads one) for the
     duration, SIGCONT after: no thread of it can run while the trusted side times the baselines."""
-    import signal
-
     stop = (lambda sig: os.killpg(h.pid, sig)) if own_group else (lambda sig: os.kill(h.pid, sig))
     stopped = False
     if h is not None:
@@ -951,9 +954,8 @@ def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],
     info: dict[str, Any] = {"synced_ms": synced, "elapsed_s": sum(float(i.get("elapsed_s", 0.0)) for _, i in blocks),
                             "stopped": f"alternated:{len(blocks)}",
                             "blocks": [{"n": st.n, "stopped": i.get("stopped")} for st, i in blocks]}
-    for k in ("l2_flush_bytes",):
-        if k in blocks[0][1]:
-            info[k] = blocks[0][1][k]
+    if "l2_flush_bytes" in blocks[0][1]:
+        info["l2_flush_bytes"] = blocks[0][1]["l2_flush_bytes"]
     windows = [i["window"] for _, i in blocks if "window" in i]
     if windows:
         info["window"], info["windows"] = windows[0], windows

@@ -386,16 +386,10 @@ class _Job:
                 snap = o.clone()
                 _sleep(0.02)
                 self.sync()
-                if not _equal(snap, o) and not (snap.is_floating_point() and
-                                                _equal(snap.isnan(), o.isnan()) and
-                                                _equal(snap.nan_to_num(), o.nan_to_num())):
+                if not _same(snap, o):
                     self.findings.append(_finding("runtime.deferred-work", "cheat", "deferred-work",
                                                   f"output {j} changed after forward returned ({where})"))
-                descs.append(write_tensor(o, self.dir / "outputs" / f"out_{where}_{idx}_{j}.bin"))
-            elif o is None or _isinstance(o, (int, float, bool)):
-                descs.append({"value": o})
-            else:
-                descs.append({"unsupported": _type(o).__name__})
+            descs.append(self.describe_output(o, f"out_{where}_{idx}_{j}.bin"))
         # inputs unchanged?
         if args is None:
             for j, (a, b) in enumerate(zip(call_args, pristine)):
@@ -413,6 +407,18 @@ class _Job:
         self.send({"event": "output", "set": idx, "where": where, "descs": descs, "launches": launches,
                    "seconds": round(dt, 4)})
         return True
+
+    def describe_output(self, o: Any, file_name: str) -> dict[str, Any]:
+        """One output for the trusted side: a tensor written to ``outputs/file_name`` (as a plain,
+        detached tensor), a number or None as its value, anything else as unsupported."""
+        if _isinstance(o, torch.Tensor):
+            o = o.detach()
+            if _type(o) is not _Tensor:
+                o = o.as_subclass(_Tensor)
+            return write_tensor(o, self.dir / "outputs" / file_name)
+        if o is None or _isinstance(o, (int, float, bool)):
+            return {"value": o}
+        return {"unsupported": _type(o).__name__}
 
     def profile_kernels(self, idx: int) -> dict[str, Any]:
         """Names of device kernels launched by one forward call (CUDA profiler), for the launch check."""
@@ -519,17 +525,8 @@ class _Job:
         self.check_integrity("after timing")
         msg: dict[str, Any] = {"event": "timing", "stats": stats.to_dict(), "info": info}
         if "out" in timed:
-            descs: list[Any] = []
-            for n, o in enumerate(_flatten(timed["out"])):
-                if _isinstance(o, torch.Tensor):
-                    o = o.detach()
-                    if _type(o) is not _Tensor:
-                        o = o.as_subclass(_Tensor)
-                    descs.append(write_tensor(o, self.dir / "outputs" / f"out_timed_{trial[0]}_{n}.bin"))
-                elif o is None or _isinstance(o, (int, float, bool)):
-                    descs.append({"value": o})
-                else:
-                    descs.append({"unsupported": _type(o).__name__})
+            descs = [self.describe_output(o, f"out_timed_{trial[0]}_{n}.bin")
+                     for n, o in enumerate(_flatten(timed["out"]))]
             msg["timed"] = {"set": timed["set"], "scale": last_scale[timed["set"]], "descs": descs}
         self.send(msg)
 

@@ -127,6 +127,8 @@ def main() -> int:
     if a.inner is not None:
         inner(a.inner, a.mode, a.iters)
         return 0
+    if a.store is None or not a.store.is_file():
+        ap.error(f"--store {a.store}: no such SQLite store (the results DB of the run named by --run)")
     con = sqlite3.connect(f"file:{a.store}?mode=ro", uri=True)
     rows, seen = [], set()
     for pid, model, code, source, cms in con.execute(SQL, (a.run,)):
@@ -136,6 +138,8 @@ def main() -> int:
         rows.append((pid, model, code, source, cms))
         if len(rows) == a.n:
             break
+    if not rows:
+        ap.error(f"run {a.run!r} in {a.store} has no correct level-1 candidate to profile (`kbench runs list`)")
     import asyncio
 
     import torch

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy
+
 REPO = Path(__file__).resolve().parents[2]
 
 ROWS_SQL = """
@@ -81,14 +83,6 @@ def rel_delta(a: float, b: float) -> float:
     return abs(a - b) / ((a + b) / 2.0)
 
 
-def percentile(xs: list[float], q: float) -> float:
-    """Linear-interpolated percentile ``q`` in [0, 100] of ``xs`` (non-empty)."""
-    s = sorted(xs)
-    k = (len(s) - 1) * q / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
 def summarize(a: list[dict], b: list[dict]) -> dict:
     """Median and p95 of the relative speedup difference between runs A and B, per baseline."""
     ka = {(r["problem_id"], r["model"]): r for r in a}
@@ -102,7 +96,8 @@ def summarize(a: list[dict], b: list[dict]) -> dict:
              if ka[k]["outcome"] == kb[k]["outcome"] == "correct" and ka[k][base] and kb[k][base]]
         out["n_both"] = max(out["n_both"], len(d))
         if d:
-            out[base] = {"n": len(d), "median_rel_delta": statistics.median(d), "p95_rel_delta": percentile(d, 95),
+            out[base] = {"n": len(d), "median_rel_delta": statistics.median(d),
+                         "p95_rel_delta": float(numpy.percentile(d, 95)),
                          "max_rel_delta": max(d)}
     return out
 
