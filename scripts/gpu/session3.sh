@@ -4,6 +4,7 @@
 # device tool's 10 minutes; a phase cut short by its limit continues (`--resume`) in the next call:
 #   replay    kernelsseum-v0 levels 1-3, every replayed candidate (issues 2 and 6), run "kernelsseum"
 #   bundled   the bundled suite, every solution variant (issue 6's leaderboard)
+#   startup   scripts/gpu/startup_costs.py: a fresh process's CUDA context, profiler and watch costs
 #   diag      scripts/gpu/landlock_diag.py: which sandbox layer stops CUDA here (about 1 minute)
 #   exploits  scripts/gpu/exploits.py, the GPU-only exploit kinds (issue 4)
 #   repeat    scripts/gpu/repeatability.py: 20 level-1 candidates, kbench and kernelbench protocols,
@@ -45,11 +46,13 @@ for phase in ${PHASES//,/ }; do
     replay)
       timeout ${T_REPLAY:-540} $KB run --model replay:.data/kernelsseum-v0/generations.jsonl \
         --problems .data/kernelsseum-v0/problems --level 1-3 ${IDS:+--ids $IDS} --run-name kernelsseum $(resume_flag kernelsseum) \
-        --db $DB --display plain --no-report --warm-workers ${WARM:-6} --build-workers ${BUILDS:-12} \
+        --db $DB --display plain --no-report ${GPUS:+--gpus $GPUS} --warm-workers ${WARM:-6} --build-workers ${BUILDS:-12} \
         2>&1 | grep -v -i "warn" >> "$OUT/session.log" ;;
     bundled)
       timeout ${T_BUNDLED:-120} $KB run --model bundled -O variant=all --run-name bundled $(resume_flag bundled) \
         --db $DB --display plain --no-report 2>&1 | grep -v -i "warn" >> "$OUT/session.log" ;;
+    startup)
+      timeout ${T_STARTUP:-120} python3 scripts/gpu/startup_costs.py --repeat 3 >> "$OUT/session.log" 2>&1 ;;
     diag)
       timeout ${T_DIAG:-120} python3 scripts/gpu/landlock_diag.py >> "$OUT/session.log" 2>&1 ;;
     exploits)
