@@ -173,7 +173,10 @@ class Launcher:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with self._lock:
             data = json.dumps({"cmd": "spawn", **payload}).encode()
-            socket.send_fds(self._ctrl, [data], [theirs.fileno()])
+            # length first, with the descriptor; then the body (see zygote._recv)
+            head = len(data).to_bytes(8, "big")
+            sent = socket.send_fds(self._ctrl, [head], [theirs.fileno()])
+            self._ctrl.sendall(head[sent:] + data)
             theirs.close()
             with self._cond:
                 ok = self._cond.wait_for(lambda: self._pending_pid or getattr(self, "_dead", False), timeout=60)

@@ -5,7 +5,8 @@ torch (but has never touched CUDA) costs milliseconds, and the child initialises
 zygote is started by the trusted device worker with an already-clean environment (no credentials
 ever enter it), and receives over its control socket::
 
-    {"cmd": "spawn", "job": {...}, "sandbox": {...}}  + one file descriptor (the child's socket)
+    8-byte length + one file descriptor (the child's socket), then that many bytes of
+    {"cmd": "spawn", "job": {...}, "sandbox": {...}}
 
 It forks; the child applies the sandbox and runs :func:`.worker.child_main`; the zygote answers
 ``{"pid": N}`` and later ``{"exit": N, "status": S}`` (``S`` as from ``os.waitstatus_to_exitcode``:
@@ -23,11 +24,31 @@ import sys
 __all__ = ["main"]
 
 
+def _recv_exact(ctrl: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = ctrl.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise EOFError("control socket closed inside a request")
+        buf += chunk
+    return bytes(buf)
+
+
 def _recv(ctrl: socket.socket) -> tuple[dict | None, list[int]]:
-    msg, fds, _flags, _addr = socket.recv_fds(ctrl, 1 << 22, 4)
-    if not msg:
+    """One request: an 8-byte big-endian length sent with the file descriptor, then that many bytes
+    of JSON (a stream socket may split a large job anywhere, so the length frames it)."""
+    head, fds, _flags, _addr = socket.recv_fds(ctrl, 8, 4)
+    if not head:
         return None, fds
-    return json.loads(msg.decode()), fds
+    try:
+        if len(head) < 8:
+            head += _recv_exact(ctrl, 8 - len(head))
+        body = _recv_exact(ctrl, int.from_bytes(head, "big"))
+    except EOFError:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return json.loads(body.decode()), fds
 
 
 def _send(ctrl: socket.socket, obj: dict) -> None:
