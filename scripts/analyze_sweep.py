@@ -48,6 +48,10 @@ def main() -> int:
                     windows += bi["windows"]
                 elif bi and bi.get("window"):
                     windows.append(bi["window"])
+        # a problem's baselines are measured once and their record is copied to every candidate of that
+        # problem: count each window once
+        windows = list({(w["device"], w["start"], w["end"], w.get("pid"), w.get("what")): w
+                        for w in windows}.values())
         busy = sum(w["end"] - w["start"] for w in windows)
         by_dev = defaultdict(list)
         for w in windows:

@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", required=True)
     ap.add_argument("--generations", required=True)
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--level", type=int, action="append", default=None,
+                    help="only these levels (repeatable); all levels of the run by default")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from kernelbench_harness.store import Store
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no run {a.run!r} in {a.db}")
         return 2
     df = st.results_frame(a.run)
+    if a.level:
+        df = df[df["level"].isin(a.level)]
     gens = [json.loads(line) for line in Path(a.generations).read_text().splitlines() if line.strip()]
     # replay sample ids: index among lines of the same (level, problem_id, model), in file order
     seen: Counter[tuple[int, int, str]] = Counter()
@@ -61,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                      "rep_compile_ms": rp.get("torch_compile_ms"), "rep_speedup_eager": rp.get("speedup_eager"),
                      "rep_speedup_compile": rp.get("speedup_torch_compile"), "error": (r.error or "")[:200]})
     counts = Counter(r["outcome"] + (f"({r['tag']})" if r["tag"] else "") for r in rows)
-    print(f"run {a.run}: {len(rows)} candidates; protocol {info.protocol.get('name')}; "
+    scope = f" (levels {', '.join(map(str, a.level))})" if a.level else ""
+    print(f"run {a.run}{scope}: {len(rows)} candidates; protocol {info.protocol.get('name')}; "
           f"hardware {info.hardware.get('device_name')}")
     for k, v in counts.most_common():
         print(f"  {k:32s} {v}")

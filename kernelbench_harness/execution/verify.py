@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["Comparison", "compare_outputs", "flatten_outputs", "lower_precision_bound_ok"]
+__all__ = ["Comparison", "compare_outputs", "extra_check_verdict", "flatten_outputs", "lower_precision_bound_ok"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,3 +191,39 @@ def lower_precision_bound_ok(cmp: Comparison, scale_rel_err: float = 2e-2) -> bo
         return False
     scale = float(cmp.extra.get("scale") or 0.0)
     return scale > 0 and cmp.max_abs_err <= scale_rel_err * scale
+
+
+def extra_check_verdict(fresh: Comparison, *, ref_max: float, rtol: float,
+                        stale: Comparison | None = None) -> str:
+    """Read a failed integrity re-check (a call after timing, on inputs the candidate was not judged on
+    for correctness) as a stale result or as rounding at the edge of the bound.
+
+    The re-checks exist to catch results served from a cache (EXPLOITS K-16: "replay") or shaped by
+    earlier calls ("history"). A stale result on fresh random values is wrong by about the size of
+    the output; an honest kernel whose rounding varies from call to call (atomics over a long
+    reduction, say) can cross the fp64 bound by a few percent on one extra call, as three honest
+    Frobenius-norm kernels did on an H200 (6.1e-09 against a 5.6e-09 bound, outputs near 7e-04),
+    and must not be called a cheat for it.
+
+    Args:
+        fresh: the output judged against the reference on the inputs of that call.
+        ref_max: ``max |reference|`` over that call's floating outputs (same units as the output).
+        rtol: the run precision's relative tolerance (``Protocol.tolerance.rtol``); an error above
+            ``10 * rtol * ref_max`` is not rounding at that precision.
+        stale: the same output judged against the reference on the inputs as they were before the
+            trusted side rescaled them (the timed-output check only); an output clearly closer to
+            that reference (half the error or less) is stale.
+
+    Returns:
+        ``"ok"`` (passed), ``"stale"`` (a cached or history-dependent result) or ``"margin"``
+        (failed the bound only by what rounding explains; correctness rests on the judged trials).
+    """
+    if fresh.ok:
+        return "ok"
+    if fresh.reason != "tolerance" or fresh.max_abs_err is None:
+        return "stale"  # wrong shape, dtype, NaN placement, structure: not rounding
+    if fresh.max_abs_err > 10.0 * rtol * max(ref_max, 0.0):
+        return "stale"
+    if stale is not None and stale.max_abs_err is not None and stale.max_abs_err <= 0.5 * fresh.max_abs_err:
+        return "stale"
+    return "margin"

@@ -426,15 +426,24 @@ class _Job:
             return {}
         try:
             from torch.autograd import DeviceType
-            from torch.profiler import ProfilerActivity, profile
 
             args = self.load_set(idx)
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            # torch.autograd.profiler.profile is the Kineto/CUPTI profiler that torch.profiler.profile
+            # wraps, minus the wrapper's start-up import of torch._inductor (1.5-2 s in every fresh
+            # candidate process; scripts/gpu/startup_costs.py measures what is left)
+            try:
+                prof = torch.autograd.profiler.profile(use_cpu=False, use_device=self.device.type, use_kineto=True)
+            except (TypeError, ValueError, RuntimeError):  # an older API: the wrapper
+                from torch.profiler import ProfilerActivity, profile
+
+                prof = profile(activities=[ProfilerActivity.CUDA])
+            with prof:
                 self.call([a.clone() if _isinstance(a, torch.Tensor) else a for a in args])
                 self.sync()
+            events = prof.events() if hasattr(prof, "events") else prof.function_events
             names: dict[str, int] = {}
             streams: set[int] = set()
-            for ev in prof.events():
+            for ev in events:
                 if ev.device_type == DeviceType.CUDA:
                     names[ev.name] = names.get(ev.name, 0) + 1
                     s = getattr(ev, "stream", None) or getattr(getattr(ev, "kernel", None), "stream", None)

@@ -6,8 +6,11 @@ steps in fresh processes (``--repeat`` of them), one step after the other, in wa
 
     cuda_init_s       torch.cuda.init() and a first one-element allocation (context creation)
     first_kernel_s    first elementwise kernel and a matmul (module load, cuBLAS handle)
-    profiler_first_s  first ``torch.profiler.profile(activities=[CUDA])`` around one matmul (CUPTI init)
+    profiler_first_s  first ``torch.autograd.profiler.profile(use_device="cuda", use_kineto=True)`` around
+                      one matmul (CUPTI start), as the launch check runs it
     profiler_again_s  the same a second time in the same process
+    profiler_wrapper_after_s  ``torch.profiler.profile(activities=[CUDA])`` after that: the wrapper's
+                      own start-up (it imports torch._inductor)
     precision_watch_s one call under kbench's precision watch (TorchDispatchMode over every op)
 
 Prints one JSON object a line per process and the medians. Needs torch with CUDA.
@@ -28,13 +31,19 @@ import torch
 res = {}
 a = t(); torch.cuda.init(); x = torch.empty(1, device="cuda"); torch.cuda.synchronize(); res["cuda_init_s"] = t() - a
 a = t(); y = torch.randn(1024, 1024, device="cuda"); z = y @ y; torch.cuda.synchronize(); res["first_kernel_s"] = t() - a
-from torch.profiler import ProfilerActivity, profile
-for key in ("profiler_first_s", "profiler_again_s"):
+for key in ("profiler_first_s", "profiler_again_s"):  # what profile_kernels uses (no inductor import)
     a = t()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with torch.autograd.profiler.profile(use_cpu=False, use_device="cuda", use_kineto=True) as prof:
         z = y @ y; torch.cuda.synchronize()
-    n = sum(1 for ev in prof.events())
+    n = sum(1 for ev in prof.function_events if ev.device_type == torch.autograd.DeviceType.CUDA)
     res[key] = t() - a
+    res["profiled_cuda_kernels"] = n
+from torch.profiler import ProfilerActivity, profile
+a = t()
+with profile(activities=[ProfilerActivity.CUDA]) as prof:  # the wrapper: imports torch._inductor first
+    z = y @ y; torch.cuda.synchronize()
+n = sum(1 for ev in prof.events())
+res["profiler_wrapper_after_s"] = t() - a
 try:
     from kernelbench_harness.execution.guards import run_watching_precision
     a = t(); run_watching_precision(lambda: y @ y); torch.cuda.synchronize(); res["precision_watch_s"] = t() - a
