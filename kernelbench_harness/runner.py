@@ -350,8 +350,9 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         phase_s = {k: 0.0 for k in ("generate", "build", "evaluate")}
         n_eval = 0
 
+        baseline_locks: dict[str, asyncio.Lock] = {}
+
         async def evaluate(c: Candidate) -> EvalResult:
-            nonlocal n_eval
             problem = by_key[(c.level, c.problem_id)]
             if needs_build(c.source):
                 prog.total("build", 1)
@@ -371,12 +372,32 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             if ev is not None:
                 await ev.wait()
             known = baselines.known(problem, modes)
+            if len(known) < len(modes):
+                # one candidate of a problem measures its baselines at a time: the others (on other
+                # slots) wait for them, so every candidate of a problem in a run is compared with the
+                # same eager and torch.compile times, and nothing is timed twice
+                async with baseline_locks.setdefault(problem.key, asyncio.Lock()):
+                    known = baselines.known(problem, modes)
+                    if len(known) < len(modes):
+                        res = await _evaluate_job(problem, c, known)
+                        return _after(problem, c, res)
+            return _after(problem, c, await _evaluate_job(problem, c, known))
+
+        async def _evaluate_job(problem: Problem, c: Candidate, known: dict[str, TimingStats]) -> EvalResult:
+            nonlocal n_eval
             job = EvalJob(problem=problem, candidate=c, protocol=protocol, run_seed=seed, baselines=known,
                           timeout_s=cfg.timeout_s, build_timeout_s=cfg.build_timeout_s)
             t0 = time.perf_counter()
             res = await executor.evaluate(job)
             phase_s["evaluate"] += time.perf_counter() - t0
             n_eval += 1
+            got = {m: TimingStats.from_dict(s) for m, s in (res.extra.get("baselines") or {}).items()}
+            if got:
+                baselines.put(problem, {m: s for m, s in got.items() if s is not None},
+                              res.extra.get("baseline_info"))
+            return res
+
+        def _after(problem: Problem, c: Candidate, res: EvalResult) -> EvalResult:
             if needs_build(c.source) and (res.extra.get("build") or {}).get("built"):
                 # the pool built (or found) this candidate's extensions, yet the slot compiled again:
                 # the cache keys differ between the two (a different arch list, compiler flags...)
@@ -385,10 +406,6 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                     log.warning("a device slot compiled an extension that the build pool had built: the "
                                 "extension cache missed (%s)", ", ".join(b.get("name", "") for b in
                                                                        res.extra["build"]["built"]))
-            got = {m: TimingStats.from_dict(s) for m, s in (res.extra.get("baselines") or {}).items()}
-            if got:
-                baselines.put(problem, {m: s for m, s in got.items() if s is not None},
-                              res.extra.get("baseline_info"))
             if res.candidate is not None:
                 prog.total("time", 1)
                 prog.advance("time")

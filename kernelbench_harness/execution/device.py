@@ -253,29 +253,23 @@ class ProblemContext:
             # a random reference (dropout in training mode, say) has no float64 twin with the same draws:
             # judge against the run-precision reference itself (the problem is flagged for the audit)
             judge = "allclose"
-        cmp = compare_outputs(outs, ref, judge=judge, atol=tol.atol, rtol=tol.rtol, nan_policy=p.nan_policy,
-                              check_dtype=p.check_dtype, refs64=ref64, fp64_multiple=p.fp64_multiple,
-                              fp64_floor_rel=p.fp64_floor_rel)
-        if not cmp.ok:  # the size of the output, for reading a failed re-check (extra_check_verdict)
-            big = [float(t.detach().abs().nan_to_num(posinf=0.0, neginf=0.0).max()) for t in (ref64 or ref)
-                   if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
-            cmp.extra["ref_max"] = max(big, default=0.0)
-        return cmp
+        return compare_outputs(outs, ref, judge=judge, atol=tol.atol, rtol=tol.rtol, nan_policy=p.nan_policy,
+                               check_dtype=p.check_dtype, refs64=ref64, fp64_multiple=p.fp64_multiple,
+                               fp64_floor_rel=p.fp64_floor_rel)
 
     def extra_check(self, fresh: Comparison, stale: Comparison | None = None) -> str:
         """``ok``, ``stale`` or ``margin`` for a re-check after timing (see :func:`extra_check_verdict`)."""
-        return extra_check_verdict(fresh, ref_max=float(fresh.extra.get("ref_max", 0.0)),
-                                   rtol=self.protocol.tolerance.rtol, stale=stale)
+        return extra_check_verdict(fresh, stale=stale)
 
-    def compare_on(self, set_idx: int, scale: float | None, outs: list[Any]) -> Comparison:
+    def compare_on(self, set_idx: int, round_: int | None, outs: list[Any]) -> Comparison:
         """Judge ``outs`` against the reference on input set ``set_idx`` with its floating tensors
-        multiplied by ``scale`` on the device, as the candidate process refreshes them between timed
-        trials (None or 1.0: the set as stored)."""
+        refreshed for timed round ``round_`` on the device (:func:`.timing.refresh_values`), as the
+        candidate process refreshes them between timed trials (None: the set as stored)."""
         p = self.protocol
         vals = _to_device(self.sets_cpu[set_idx], self.device, self.dtype, self.cast_all)
-        if scale is not None and scale != 1.0:
-            vals = [torch.mul(v, scale) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                    for v in vals]
+        if round_ is not None:
+            vals = [_timing.refresh_values(v, round_) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                    else v for v in vals]
         grad = torch.no_grad if p.reference_no_grad else torch.enable_grad
         with grad():
             ref = _detach_outputs(self.model(*vals))
@@ -810,15 +804,17 @@ class DeviceEvaluator:
     def _check_timed_output(self, ctx: ProblemContext, timed: dict[str, Any], jobdir: Path,
                             findings: list[Finding]) -> None:
         """Judge the output of the block's last timed call against the reference on the very inputs of
-        that call (input set ``timed["set"]`` as refreshed, floating values times ``timed["scale"]``): a
-        result served from a cache keyed on approximate contents is stale there (EXPLOITS K-16)."""
+        that call (input set ``timed["set"]`` as refreshed for round ``timed["round"]``): a result served
+        from a cache keyed on approximate contents is stale there (EXPLOITS K-16)."""
         try:
             set_idx = int(timed.get("set", 0))
-            scale = timed.get("scale")
+            round_ = timed.get("round")
             if not 0 <= set_idx < len(ctx.sets_cpu):
                 raise TensorFormatError(f"timed output for unknown input set {set_idx}")
+            if round_ is not None and (not isinstance(round_, int) or isinstance(round_, bool) or round_ < 0):
+                raise TensorFormatError(f"timed output for a bad refresh round {round_!r}")
             outs = self._read_outputs(timed, jobdir)
-            cmp = ctx.compare_on(set_idx, float(scale) if scale is not None else None, outs)
+            cmp = ctx.compare_on(set_idx, round_, outs)
         except TensorFormatError as e:
             findings.append(Finding("runtime.protocol", Severity.CHEAT, "protocol", f"timed output: {e}"))
             return
@@ -827,10 +823,10 @@ class DeviceEvaluator:
             return
         if cmp.ok:
             return
-        # a cached result matches the set as the candidate first saw it (unscaled) better than the
-        # inputs of the timed call; rounding at the edge of the bound does not
+        # a cached result matches the set as the candidate first saw it (before any refresh) better
+        # than the inputs of the timed call; rounding at the edge of the bound does not
         try:
-            stale = ctx.compare(outs, set_idx) if scale not in (None, 1.0) else None
+            stale = ctx.compare(outs, set_idx) if round_ is not None else None
         except Exception:  # noqa: BLE001 - no second opinion: judge on the first alone
             stale = None
         verdict = ctx.extra_check(cmp, stale)
@@ -931,7 +927,7 @@ def _margin_finding(where: str, cmp: Comparison) -> Finding:
     return Finding("runtime.precision-margin", Severity.WARN, "precision-margin",
                    f"{where} crossed the correctness bound by a rounding-sized margin (not a stale result; "
                    f"the correctness trials passed): {cmp.detail}",
-                   {"reason": cmp.reason, "max_abs_err": cmp.max_abs_err, "ref_max": cmp.extra.get("ref_max")})
+                   {"reason": cmp.reason, "max_abs_err": cmp.max_abs_err, "bound": cmp.bound})
 
 
 def _log_tail(jobdir: Path, n: int = 4000) -> str:

@@ -40,6 +40,7 @@ __all__ = [
     "l2_flush_bytes_for",
     "round_sig",
     "original_timers",
+    "refresh_values",
 ]
 
 # Captured at import (before any candidate code runs in this interpreter).
@@ -49,6 +50,46 @@ _elapsed_time = torch.cuda.Event.elapsed_time
 _record = torch.cuda.Event.record
 _synchronize = torch.cuda.synchronize
 _event_synchronize = torch.cuda.Event.synchronize
+
+
+REFRESH_WIGGLE = 2.0 ** -12
+
+
+def refresh_values(src: torch.Tensor, round_: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The values a floating input holds in timed round ``round_`` (EXPLOITS K-16), computed the same
+    way by the candidate process (into its buffers, before each timed trial) and by the trusted side
+    (to judge the output of a timed call)::
+
+        src * (s_r + w * cos(1.7 * src + 0.37 * (r mod 4096)))
+        s_r = 1 +- ((r // 2) mod 1000 + 1) * 2^-17   (sign alternating with r)
+        w = max(2^-12, 2 * eps(dtype))               (float32 arithmetic for fp16 / bf16 inputs)
+
+    New values every round, yet the problem's structure is kept: zeros stay zero, signs stay, equal
+    elements stay equal (symmetric or triangular matrices remain so) and order is kept. The factor
+    varies from element to element, so the output of a scale-invariant problem (a norm's
+    normalisation, LayerNorm) changes too: a result cached on approximate contents is wrong for it.
+
+    Args:
+        src: the input set's floating tensor as stored (any shape, the run's floating dtype).
+        round_: the refresh round (>= 0), counted across the run's timed blocks.
+        out: optional destination, same shape and dtype as ``src``.
+
+    Returns:
+        ``out`` (or a new tensor) holding the refreshed values; deterministic for a given device,
+        dtype and ``round_``.
+    """
+    r = int(round_)
+    scale = 1.0 + (1 if r % 2 else -1) * ((r // 2) % 1000 + 1) * 2.0 ** -17
+    # float32 arithmetic for half-precision inputs, and a wiggle of at least two of their ulps, so the
+    # values do change there too
+    work = src if src.dtype in (torch.float32, torch.float64) else src.float()
+    wiggle = max(REFRESH_WIGGLE, 2.0 * torch.finfo(src.dtype).eps)
+    factor = torch.cos(work * 1.7 + 0.37 * (r % 4096))
+    factor.mul_(wiggle).add_(scale)
+    if work is src:
+        return torch.mul(src, factor, out=out)
+    res = torch.mul(work, factor).to(src.dtype)
+    return out.copy_(res) if out is not None else res
 
 
 def original_timers() -> dict[str, Any]:

@@ -36,7 +36,8 @@ class Comparison:
         max_abs_err: max |out - judge_ref| over finite elements (None if not compared).
         max_rel_err: max |out - judge_ref| / max(|judge_ref|, floor) elementwise, floor = 1e-6 * max|judge_ref|.
         allclose_kernelbench: KernelBench-style allclose against the run-precision reference.
-        bound: the fp64-bound judge's per-element bound scale ``k * e_ref`` (None for allclose).
+        bound: the fp64-bound judge's bound ``k * e_ref + floor_rel * max|ref64|`` (the largest over the
+            outputs; None for allclose).
         ref_err: ``e_ref``, the PyTorch reference's own error against float64 (None without float64).
         mismatches: number of elements outside the bound / tolerance.
         detail: human-readable summary.
@@ -193,36 +194,36 @@ def lower_precision_bound_ok(cmp: Comparison, scale_rel_err: float = 2e-2) -> bo
     return scale > 0 and cmp.max_abs_err <= scale_rel_err * scale
 
 
-def extra_check_verdict(fresh: Comparison, *, ref_max: float, rtol: float,
-                        stale: Comparison | None = None) -> str:
+def extra_check_verdict(fresh: Comparison, *, stale: Comparison | None = None, window: float = 2.0) -> str:
     """Read a failed integrity re-check (a call after timing, on inputs the candidate was not judged on
     for correctness) as a stale result or as rounding at the edge of the bound.
 
     The re-checks exist to catch results served from a cache (EXPLOITS K-16: "replay") or shaped by
-    earlier calls ("history"). A stale result on fresh random values is wrong by about the size of
-    the output; an honest kernel whose rounding varies from call to call (atomics over a long
-    reduction, say) can cross the fp64 bound by a few percent on one extra call, as three honest
-    Frobenius-norm kernels did on an H200 (6.1e-09 against a 5.6e-09 bound, outputs near 7e-04),
-    and must not be called a cheat for it.
+    earlier calls ("history"). An honest kernel whose rounding varies from call to call (atomics over
+    a long reduction, say) can cross the fp64 bound by a few percent on one extra call, as three honest
+    Frobenius-norm kernels did on an H200 (6.1e-09 against a 5.6e-09 bound), and must not be called a
+    cheat for it. Anything further out is not rounding: a cached output with an offset, lower
+    precision switched on after the correctness trials, or a near-constant output replayed all miss
+    the bound by far more (tests/exploits/test_margin_rule.py).
 
     Args:
-        fresh: the output judged against the reference on the inputs of that call.
-        ref_max: ``max |reference|`` over that call's floating outputs (same units as the output).
-        rtol: the run precision's relative tolerance (``Protocol.tolerance.rtol``); an error above
-            ``10 * rtol * ref_max`` is not rounding at that precision.
+        fresh: the output judged by the ``fp64-bound`` judge against the reference on the inputs of
+            that call.
         stale: the same output judged against the reference on the inputs as they were before the
-            trusted side rescaled them (the timed-output check only); an output clearly closer to
+            trusted side refreshed them (the timed-output check only); an output clearly closer to
             that reference (half the error or less) is stale.
+        window: a miss counts as rounding while the error stays within ``window`` times the bound.
 
     Returns:
-        ``"ok"`` (passed), ``"stale"`` (a cached or history-dependent result) or ``"margin"``
-        (failed the bound only by what rounding explains; correctness rests on the judged trials).
+        ``"ok"`` (passed), ``"stale"`` (a cached, history-dependent or otherwise wrong result) or
+        ``"margin"`` (over the bound by at most ``window`` times it; correctness rests on the judged
+        trials). Without a float64 bound (the ``allclose`` judge) every miss is ``"stale"``.
     """
     if fresh.ok:
         return "ok"
-    if fresh.reason != "tolerance" or fresh.max_abs_err is None:
-        return "stale"  # wrong shape, dtype, NaN placement, structure: not rounding
-    if fresh.max_abs_err > 10.0 * rtol * max(ref_max, 0.0):
+    if fresh.reason != "tolerance" or fresh.max_abs_err is None or fresh.bound is None:
+        return "stale"  # wrong shape, dtype, NaN placement, structure, or no fp64 bound to measure by
+    if fresh.max_abs_err > window * fresh.bound:
         return "stale"
     if stale is not None and stale.max_abs_err is not None and stale.max_abs_err <= 0.5 * fresh.max_abs_err:
         return "stale"

@@ -479,27 +479,26 @@ class _Job:
                 for i in self.job["timing_sets"]]
         k = len(sets)
         base = [[x.clone() if _isinstance(x, torch.Tensor) else x for x in s] for s in sets]
-        last_scale: list[float | None] = [None] * k
-        # the trial count runs on across blocks, so no input scale is ever used twice in a run
+        last_round: list[int | None] = [None] * k
+        # the trial count runs on across blocks, so no refresh round is ever used twice in a run
         trial = self.__dict__.setdefault("_refresh_trial", [0])
         first = trial[0]  # time_callable numbers this block's trials from 0: keep sets and refreshes in step
 
         def refresh() -> None:
             """Before each timed trial, outside the timed region: new values in the buffers of the set
-            about to be used (floating inputs scaled by a factor never used before in this run, other
-            tensors' version counters bumped), so a result cached by address, identity, version or
-            contents is never what gets timed (EXPLOITS K-16)."""
+            about to be used (floating inputs as :func:`.timing.refresh_values` gives them for a round
+            never used before in this run, other tensors' version counters bumped), so a result cached
+            by address, identity, version or contents is never what gets timed (EXPLOITS K-16)."""
             i = trial[0]
             trial[0] += 1
             j, r = i % k, i // k
-            scale = 1.0 + (1 if r % 2 else -1) * ((r // 2) % 1000 + 1) * 2.0 ** -17
             for buf, src in zip(sets[j], base[j]):
                 if _isinstance(buf, torch.Tensor):
                     if buf.is_floating_point():
-                        torch.mul(src, scale, out=buf)
+                        _timing.refresh_values(src, r, out=buf)
                     else:
                         torch.autograd.graph.increment_version(buf)
-            last_scale[j] = scale
+            last_round[j] = r
         settings = _timing.TimerSettings(**(timer or self.job["timer"]))
         model = self.model
 
@@ -526,7 +525,8 @@ class _Job:
             for n, (buf, src) in enumerate(zip(sets[j], base[j])):
                 if not _isinstance(buf, torch.Tensor):
                     continue
-                want = src if last_scale[j] is None or not buf.is_floating_point() else torch.mul(src, last_scale[j])
+                want = (src if last_round[j] is None or not buf.is_floating_point()
+                        else _timing.refresh_values(src, last_round[j]))
                 if not _same(buf, want):
                     self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
                                                   f"forward wrote into input {n} during timing (set {j})"))
@@ -536,7 +536,7 @@ class _Job:
         if "out" in timed:
             descs = [self.describe_output(o, f"out_timed_{trial[0]}_{n}.bin")
                      for n, o in enumerate(_flatten(timed["out"]))]
-            msg["timed"] = {"set": timed["set"], "scale": last_scale[timed["set"]], "descs": descs}
+            msg["timed"] = {"set": timed["set"], "round": last_round[timed["set"]], "descs": descs}
         self.send(msg)
 
     def recheck(self, idx: int, inplace: bool) -> None:

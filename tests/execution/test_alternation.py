@@ -94,8 +94,9 @@ def test_the_candidate_process_is_stopped_while_baselines_are_timed(tmp_path) ->
     from kernelbench_harness.execution.device import _stopped
 
     counter = tmp_path / "n"
+    # the count is published by rename, so a read never sees a half-written file
     code = ("import os, sys\nos.setsid()\nn = 0\nwhile True:\n    n += 1\n    if n % 20000 == 0:\n"
-            "        open(sys.argv[1], 'w').write(str(n))\n")
+            "        open(sys.argv[1] + '.tmp', 'w').write(str(n))\n        os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n")
     p = subprocess.Popen([sys.executable, "-c", code, str(counter)])
     try:
         def value() -> int:
@@ -113,7 +114,9 @@ def test_the_candidate_process_is_stopped_while_baselines_are_timed(tmp_path) ->
             frozen = value()
             time.sleep(0.5)
             assert value() == frozen  # no progress while stopped
-        time.sleep(0.5)
+        deadline = time.time() + 10  # a loaded machine may take a while to schedule it again
+        while value() <= frozen and time.time() < deadline:
+            time.sleep(0.05)
         assert value() > frozen  # and it runs again afterwards
         assert os.getpgid(p.pid) == p.pid
     finally:

@@ -60,3 +60,33 @@ def test_ray_executor_on_a_local_cpu_instance(tmp_path):
         assert st.get_run("ray").hardware["slots"][0]["device"].startswith("ray:")
     finally:
         st.close()
+
+
+def test_candidates_of_one_problem_on_two_slots_share_one_baseline_measurement(tmp_path):
+    # two samples of L1/2 (no build step) start together on two slots; one of them measures the
+    # baselines, the other waits and reuses them (the H200 replay measured L1/6's eager time twice,
+    # 3.7% apart, when two of its candidates ran at once)
+    import json
+    from pathlib import Path
+
+    import kernelbench_harness
+
+    root = Path(kernelbench_harness.__file__).resolve().parents[1]
+    code = (root / "problems" / "solutions" / "level1" / "2_Row_Softmax.triton.py").read_text()
+    gens = tmp_path / "gens.jsonl"
+    gens.write_text("".join(json.dumps({"level": 1, "problem_id": 2, "model": "m", "sample_id": i, "code": code})
+                            + "\n" for i in range(2)))
+    db = f"sqlite:///{tmp_path / 'kb.db'}"
+    cfg = RunConfig(model=f"replay:{gens}", levels=(1,), ids="2", run_name="pair", db=db, timeout_s=120,
+                    build_cache=str(tmp_path / "cache"), gpus="cpu,cpu")
+    asyncio.run(execute_run(cfg))
+    st = Store(db)
+    try:
+        atts = st.attempts("pair")
+    finally:
+        st.close()
+    assert len(atts) == 2 and all(str(a.result.outcome) == "correct" for a in atts)
+    measured = [a for a in atts if a.result.extra.get("baselines")]
+    assert len(measured) == 1, "the baselines were measured more than once"
+    assert atts[0].result.eager_ms == atts[1].result.eager_ms
+    assert atts[0].result.compile_ms == atts[1].result.compile_ms
