@@ -73,6 +73,9 @@ class RunConfig:
         protocol, precision, protocol_overrides: see :mod:`.protocols`.
         db: store URL (None = ``sqlite:///results/kbench.db``).
         gpus: device slots (None = every GPU, else CPU; ``"0,1"``; ``"cpu"``).
+        timing_cpus: cores reserved for each device slot and its candidates, the rest left to builds
+            and warm-ups (None = 2 per GPU slot when the host has at least 6 cores per slot, else 0;
+            0 = no pinning; see :func:`.executors.local.plan_timing_cpus`).
         timeout_s: run-time limit per candidate (s); build_timeout_s: build limit (s).
         build_workers: concurrent builds (None = min(16, CPUs)); build_cache: the extension cache folder.
         start_method: ``zygote`` or ``spawn``; sandbox: confine candidate processes.
@@ -98,6 +101,7 @@ class RunConfig:
     protocol_overrides: dict[str, Any] = field(default_factory=dict)
     db: str | None = None
     gpus: str | None = None
+    timing_cpus: int | None = None
     timeout_s: float = 300.0
     build_timeout_s: float = 900.0
     build_workers: int | None = None
@@ -181,7 +185,7 @@ def _make_executor(cfg: RunConfig, build_cache: Path) -> Any:
         raise ConfigError(f"unknown executor {cfg.executor!r}", fix="use --executor local or --executor ray")
     from .executors.local import LocalExecutor, resolve_devices
 
-    return LocalExecutor(resolve_devices(cfg.gpus), opts)
+    return LocalExecutor(resolve_devices(cfg.gpus), {**opts, "timing_cpus": cfg.timing_cpus})
 
 
 class _Baselines:
@@ -274,7 +278,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     if stored is not None:
         saved = RunConfig.from_dict(stored.config.get("run_config", {}))
         # the stored settings win; device, db and process settings may change between sessions
-        cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, start_method=cfg.start_method,
+        cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, timing_cpus=cfg.timing_cpus,
+                                  start_method=cfg.start_method,
                                   build_workers=cfg.build_workers, executor=cfg.executor,
                                   ray_address=cfg.ray_address, concurrency=cfg.concurrency,
                                   warm_workers=cfg.warm_workers, timeout_s=cfg.timeout_s,
@@ -318,7 +323,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         baselines = _Baselines(store, fp, protocol)
         modes = baseline_modes(protocol)
         arch = target_arch_list(fp.get("compute_capability"))
-        ncpu = os.cpu_count() or 1
+        # the cores left to this process once the device slots took theirs (plan_timing_cpus)
+        ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         pool = BuildPool(build_cache, workers=cfg.build_workers or min(16, max(1, ncpu - 1)),
                          arch_list=arch, timeout_s=cfg.build_timeout_s, start_method=cfg.start_method,
                          sandbox=cfg.sandbox)

@@ -66,6 +66,10 @@ def main() -> int:
             print(f"   wall {wall:.1f} s = {wall / max(1, n):.2f} s per candidate, {60 * n / wall:.1f} candidates/min")
             print(f"   inside timing windows: {busy:.1f} s = {100 * busy / wall:.1f}% of the wall (GPU busy timing)")
         print(f"   timing windows: {len(windows)} on {len(by_dev)} device(s), overlapping pairs: {overlaps}")
+        busy_cpu = sorted(w["host_cpu_busy"] for w in windows if "host_cpu_busy" in w)
+        if busy_cpu:  # recorded since session 4: how loaded the host was while timing
+            q = lambda f: busy_cpu[min(len(busy_cpu) - 1, int(f * len(busy_cpu)))]  # noqa: E731
+            print(f"   host CPU busy while timing: median {q(0.5):.0%}, p90 {q(0.9):.0%}, max {busy_cpu[-1]:.0%}")
         for k in ("reference", "build", "construct", "time", "baselines", "total"):
             if k in phases:
                 print(f"   sum of phase '{k}': {phases[k]:.1f} s")

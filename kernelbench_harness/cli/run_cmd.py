@@ -165,6 +165,9 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
 @db_option
 @click.option("--gpus", default=None, metavar="LIST",
               help="Device slots: GPU indices like 0,1 (default: every visible GPU, else the CPU), or cpu.")
+@click.option("--timing-cpus", default=None, type=click.IntRange(0, 64), metavar="N",
+              help="Cores reserved for each device slot and its candidates; builds and warm-ups get the "
+                   "rest (default: 2 per GPU when the host has 6 or more cores per GPU; 0 = no pinning).")
 @click.option("--run-name", default=None, help="Name of the run in the store (default: generated).")
 @click.option("--resume", is_flag=True, help="Continue the run named by --run-name where it stopped.")
 @click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=float,
@@ -188,7 +191,8 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
               help="Render the HTML report under reports/<run_name>/ at the end.")
 def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None, samples: int, turns: int,
             backend: str, model_args: tuple[str, ...], adapter_options: tuple[str, ...], protocol: str,
-            precision: str, compile_modes: str | None, db: str | None, gpus: str | None, run_name: str | None,
+            precision: str, compile_modes: str | None, db: str | None, gpus: str | None,
+            timing_cpus: int | None, run_name: str | None,
             resume: bool, timeout_s: float, build_timeout_s: float, build_workers: int | None, warm_workers: int | None, seed: int | None,
             executor: str, ray_address: str | None, start_method: str, no_sandbox: bool, display: str,
             report: bool) -> None:
@@ -211,7 +215,7 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
     cfg = RunConfig(model=model, run_name=run_name, problems=problems, levels=parse_levels(level), ids=ids,
                     samples=samples, turns=turns, backend=backend, params=parse_kv(model_args, "-M value"),
                     model_options=parse_kv(adapter_options, "-O value"), protocol=protocol, precision=precision,
-                    protocol_overrides=overrides, db=db, gpus=gpus, timeout_s=timeout_s,
+                    protocol_overrides=overrides, db=db, gpus=gpus, timing_cpus=timing_cpus, timeout_s=timeout_s,
                     build_timeout_s=build_timeout_s, build_workers=build_workers, start_method=start_method,
                     sandbox=not no_sandbox, executor=executor, ray_address=ray_address, seed=seed,
                     warm_workers=warm_workers)

@@ -389,10 +389,16 @@ class DeviceEvaluator:
             lock.acquire()
         window: dict[str, Any] = {"what": what, "device": self.physical_device, "pid": os.getpid(),
                                   "start": time.time()}
+        cpu0 = _host_cpu_times()
         try:
             yield window
         finally:
             window["end"] = time.time()
+            cpu1 = _host_cpu_times()
+            if cpu0 and cpu1 and cpu1[1] > cpu0[1]:
+                # how busy the host's CPUs were meanwhile (builds, warm-ups, other slots): a busy host
+                # delays kernel launches, which CUDA events then count as device time
+                window["host_cpu_busy"] = round(1.0 - (cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]), 3)
             if lock is not None:
                 lock.release()
 
@@ -928,6 +934,16 @@ def _margin_finding(where: str, cmp: Comparison) -> Finding:
                    f"{where} crossed the correctness bound by a rounding-sized margin (not a stale result; "
                    f"the correctness trials passed): {cmp.detail}",
                    {"reason": cmp.reason, "max_abs_err": cmp.max_abs_err, "bound": cmp.bound})
+
+
+def _host_cpu_times() -> tuple[int, int] | None:
+    """(idle + iowait, total) jiffies over all CPUs from ``/proc/stat`` (None where it is missing)."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:9]]
+        return vals[3] + vals[4], sum(vals)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _log_tail(jobdir: Path, n: int = 4000) -> str:

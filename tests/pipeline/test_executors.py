@@ -90,3 +90,7 @@ def test_candidates_of_one_problem_on_two_slots_share_one_baseline_measurement(t
     assert len(measured) == 1, "the baselines were measured more than once"
     assert atts[0].result.eager_ms == atts[1].result.eager_ms
     assert atts[0].result.compile_ms == atts[1].result.compile_ms
+    # every timing window says how busy the host was meanwhile
+    windows = [w for a in atts for w in a.result.extra.get("timing_windows", [])]
+    assert windows and all(0.0 <= w["host_cpu_busy"] <= 1.0 for w in windows if "host_cpu_busy" in w)
+    assert any("host_cpu_busy" in w for w in windows)
