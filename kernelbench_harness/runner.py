@@ -356,7 +356,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         phase_s = {k: 0.0 for k in ("generate", "build", "evaluate")}
         n_eval = 0
 
-        baseline_locks: dict[str, asyncio.Lock] = {}
+        first_eval: dict[str, asyncio.Event] = {}  # set once a problem's first candidate was evaluated
 
         async def evaluate(c: Candidate) -> EvalResult:
             problem = by_key[(c.level, c.problem_id)]
@@ -379,14 +379,19 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 await ev.wait()
             known = baselines.known(problem, modes)
             if len(known) < len(modes):
-                # one candidate of a problem measures its baselines at a time: the others (on other
-                # slots) wait for them, so every candidate of a problem in a run is compared with the
-                # same eager and torch.compile times, and nothing is timed twice
-                async with baseline_locks.setdefault(problem.key, asyncio.Lock()):
-                    known = baselines.known(problem, modes)
-                    if len(known) < len(modes):
-                        res = await _evaluate_job(problem, c, known)
-                        return _after(problem, c, res)
+                # the first candidate of a problem measures its baselines alone: the others (on other
+                # slots) wait for it once, so candidates of a problem in a run are compared with the same
+                # eager and torch.compile times and nothing is timed twice. Once it is done, whatever
+                # its outcome (a failed candidate measures nothing), the rest go ahead together.
+                gate = first_eval.get(problem.key)
+                if gate is None:
+                    first_eval[problem.key] = gate = asyncio.Event()
+                    try:
+                        return _after(problem, c, await _evaluate_job(problem, c, known))
+                    finally:
+                        gate.set()
+                await gate.wait()
+                known = baselines.known(problem, modes)
             return _after(problem, c, await _evaluate_job(problem, c, known))
 
         async def _evaluate_job(problem: Problem, c: Candidate, known: dict[str, TimingStats]) -> EvalResult:
@@ -519,10 +524,14 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             pass
         raise
     finally:
-        if pool is not None:
-            pool.close()
-        await executor.close()
-        store.close()
+        try:
+            if pool is not None:
+                pool.close()
+        finally:
+            try:
+                await executor.close()
+            finally:
+                store.close()
 
 
 async def measure_baselines_for(problems: list[Problem], *, protocol: Protocol, db: str | None, gpus: str | None,
@@ -537,7 +546,8 @@ async def measure_baselines_for(problems: list[Problem], *, protocol: Protocol, 
 
     prog: Progress = progress or _NullProgress()
     store = Store(db)
-    executor = _make_executor(RunConfig(gpus=gpus), extension_cache_dir(RunConfig(gpus=gpus)))
+    # nothing else runs beside `kbench baseline`, and torch.compile runs inside the slots: no pinning
+    executor = _make_executor(RunConfig(gpus=gpus, timing_cpus=0), extension_cache_dir(RunConfig(gpus=gpus)))
     rows: list[dict[str, Any]] = []
     try:
         fp = executor.fingerprint()

@@ -60,12 +60,13 @@ def refresh_values(src: torch.Tensor, round_: int, out: torch.Tensor | None = No
     way by the candidate process (into its buffers, before each timed trial) and by the trusted side
     (to judge the output of a timed call)::
 
-        src * (s_r + w * cos(1.7 * src + 0.37 * (r mod 4096)))
+        src * (s_r + w * cos(1.7 * src / (1 + |src|) + 0.37 * (r mod 4096)))
         s_r = 1 +- ((r // 2) mod 1000 + 1) * 2^-17   (sign alternating with r)
         w = max(2^-12, 2 * eps(dtype))               (float32 arithmetic for fp16 / bf16 inputs)
 
-    New values every round, yet the problem's structure is kept: zeros stay zero, signs stay, equal
-    elements stay equal (symmetric or triangular matrices remain so) and order is kept. The factor
+    New values every round, yet the problem's structure is kept: zeros stay zero, signs and infinities
+    stay, equal elements stay equal (symmetric or triangular matrices remain so) and order is kept (the
+    map is increasing: its slope is at least ``s_r - 1.5 w > 0``). The factor
     varies from element to element, so the output of a scale-invariant problem (a norm's
     normalisation, LayerNorm) changes too: a result cached on approximate contents is wrong for it.
 
@@ -84,8 +85,11 @@ def refresh_values(src: torch.Tensor, round_: int, out: torch.Tensor | None = No
     # values do change there too
     work = src if src.dtype in (torch.float32, torch.float64) else src.float()
     wiggle = max(REFRESH_WIGGLE, 2.0 * torch.finfo(src.dtype).eps)
-    factor = torch.cos(work * 1.7 + 0.37 * (r % 4096))
+    # the cosine's argument is bounded (1.7 x / (1 + |x|)), so the map stays increasing for every x
+    arg = work / (work.abs() + 1.0)
+    factor = torch.cos(arg.mul_(1.7).add_(0.37 * (r % 4096)))
     factor.mul_(wiggle).add_(scale)
+    factor.nan_to_num_(nan=scale)  # +-inf inputs (cos(nan)): only the uniform scale, so they stay +-inf
     if work is src:
         return torch.mul(src, factor, out=out)
     res = torch.mul(work, factor).to(src.dtype)

@@ -118,6 +118,7 @@ def compare_outputs(
     bound_used: float | None = None
     ref_err_max: float | None = None
     scale_max = 0.0
+    per_output: list[list[float]] = []  # [max abs err, bound] of each floating output (fp64-bound)
     for i, (o, r) in enumerate(zip(outs, refs)):
         if not isinstance(r, torch.Tensor):
             if isinstance(o, torch.Tensor) or o != r:
@@ -162,6 +163,7 @@ def compare_outputs(
             bound = fp64_multiple * ref_err + fp64_floor_rel * scale
             bound_used = bound if bound_used is None else max(bound_used, bound)
             ref_err_max = ref_err if ref_err_max is None else max(ref_err_max, ref_err)
+            per_output.append([max_abs, bound])
             bad = int((d > bound).sum())
         else:
             # torch.allclose semantics (equal_nan=False): a non-finite reference element matches only the
@@ -181,7 +183,7 @@ def compare_outputs(
                             f"{mism} elements outside atol={atol:g} rtol={rtol:g} (max abs err {worst_abs:.3g})")
     return Comparison(ok, "" if ok else "tolerance", max_abs_err=worst_abs, max_rel_err=worst_rel,
                       allclose_kernelbench=kb_all, bound=bound_used, ref_err=ref_err_max, mismatches=mism,
-                      detail=detail, extra={"scale": scale_max})
+                      detail=detail, extra={"scale": scale_max, "per_output": per_output})
 
 
 def lower_precision_bound_ok(cmp: Comparison, scale_rel_err: float = 2e-2) -> bool:
@@ -212,7 +214,8 @@ def extra_check_verdict(fresh: Comparison, *, stale: Comparison | None = None, w
         stale: the same output judged against the reference on the inputs as they were before the
             trusted side refreshed them (the timed-output check only); an output clearly closer to
             that reference (half the error or less) is stale.
-        window: a miss counts as rounding while the error stays within ``window`` times the bound.
+        window: a miss counts as rounding while every output's error stays within ``window`` times
+            that output's own bound.
 
     Returns:
         ``"ok"`` (passed), ``"stale"`` (a cached, history-dependent or otherwise wrong result) or
@@ -221,10 +224,16 @@ def extra_check_verdict(fresh: Comparison, *, stale: Comparison | None = None, w
     """
     if fresh.ok:
         return "ok"
-    if fresh.reason != "tolerance" or fresh.max_abs_err is None or fresh.bound is None:
+    mine = fresh.extra.get("per_output") or []
+    if fresh.reason != "tolerance" or fresh.bound is None or not mine:
         return "stale"  # wrong shape, dtype, NaN placement, structure, or no fp64 bound to measure by
-    if fresh.max_abs_err > window * fresh.bound:
+    # each output against its own bound: a small output replayed whole must not hide under the
+    # bound of a large one beside it
+    if any(err > window * bound for err, bound in mine):
         return "stale"
-    if stale is not None and stale.max_abs_err is not None and stale.max_abs_err <= 0.5 * fresh.max_abs_err:
-        return "stale"
+    theirs = (stale.extra.get("per_output") or []) if stale is not None else []
+    if len(theirs) == len(mine):
+        for (err, bound), (err_stale, _) in zip(mine, theirs):
+            if err > bound and err_stale <= 0.5 * err:
+                return "stale"
     return "margin"

@@ -446,7 +446,10 @@ class _Job:
             for ev in events:
                 if ev.device_type == DeviceType.CUDA:
                     names[ev.name] = names.get(ev.name, 0) + 1
-                    s = getattr(ev, "stream", None) or getattr(getattr(ev, "kernel", None), "stream", None)
+                    # the kernel's stream: Kineto's metadata (newer torch), else the device resource id
+                    s = getattr(getattr(ev, "event_metadata", None), "stream", None)
+                    if s is None:
+                        s = getattr(ev, "device_resource_id", None)
                     if isinstance(s, int):
                         streams.add(s)
             return {"kernels": names, "streams": sorted(streams)}

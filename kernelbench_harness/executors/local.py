@@ -22,7 +22,7 @@ from ..execution.device import EvalJob
 from ..protocols import Protocol
 from .base import AffinityQueue, Executor, SlotInfo
 
-__all__ = ["LocalExecutor", "resolve_devices", "plan_timing_cpus", "default_timing_cpus"]
+__all__ = ["LocalExecutor", "resolve_devices", "plan_timing_cpus", "default_timing_cpus", "cpu_cores"]
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +35,29 @@ def default_timing_cpus(devices: list[str], ncpu: int) -> int:
     return 0
 
 
-def plan_timing_cpus(n_slots: int, per_slot: int, available: list[int],
-                     min_rest: int = 2) -> tuple[list[list[int]], list[int]] | None:
-    """Split the host's cores: ``per_slot`` of them for each device slot (its trusted worker and the
-    candidate processes it starts, which do the timing), the rest for everything else (the runner,
-    the build pool, torch.compile warm-ups).
+def cpu_cores(cpus: list[int]) -> dict[int, tuple[int, int]]:
+    """Physical core of each logical CPU, ``(package, core_id)`` from sysfs; a CPU whose topology
+    cannot be read is its own core."""
+    out: dict[int, tuple[int, int]] = {}
+    for c in cpus:
+        try:
+            base = f"/sys/devices/system/cpu/cpu{c}/topology/"
+            with open(base + "physical_package_id") as f:
+                pkg = int(f.read())
+            with open(base + "core_id") as f:
+                core = int(f.read())
+            out[c] = (pkg, core)
+        except (OSError, ValueError):
+            out[c] = (-1, -1 - c)
+    return out
+
+
+def plan_timing_cpus(n_slots: int, per_slot: int, available: list[int], min_rest: int = 2,
+                     cores: dict[int, Any] | None = None) -> tuple[list[list[int]], list[int]] | None:
+    """Split the host's CPUs: at least ``per_slot`` of them for each device slot (its trusted worker
+    and the candidate processes it starts, which do the timing), the rest for everything else (the
+    runner, the build pool, torch.compile warm-ups). Whole physical cores are reserved, so a build
+    never runs on a hyperthread sibling of a timing CPU.
 
     Why: launch-bound eager and torch.compile baselines are timed with CUDA events, and a
     host-side dispatch delayed by a busy CPU shows up as idle device time inside the timed region.
@@ -49,20 +67,33 @@ def plan_timing_cpus(n_slots: int, per_slot: int, available: list[int],
 
     Args:
         n_slots: device slots on this host.
-        per_slot: cores to reserve for each (0 = no pinning).
-        available: the cores this process may use (``os.sched_getaffinity(0)``), any order.
-        min_rest: fewest cores to leave for the rest.
+        per_slot: logical CPUs to reserve for each, at least (0 = no pinning).
+        available: the CPUs this process may use (``os.sched_getaffinity(0)``), any order.
+        min_rest: fewest CPUs to leave for the rest.
+        cores: physical core of each CPU (:func:`cpu_cores`); None = every CPU its own core.
 
     Returns:
-        ``(slot_cpus, rest)`` with ``slot_cpus[i]`` the cores of slot ``i`` (taken from the top of the
-        list), or None when ``per_slot`` is 0 or fewer than ``min_rest`` cores would be left.
+        ``(slot_cpus, rest)`` with ``slot_cpus[i]`` the CPUs of slot ``i`` (whole cores, taken from
+        the top), or None when ``per_slot`` is 0 or fewer than ``min_rest`` CPUs would be left.
     """
-    cores = sorted(set(available))
-    need = n_slots * per_slot
-    if per_slot <= 0 or n_slots <= 0 or len(cores) - need < max(1, min_rest):
+    if per_slot <= 0 or n_slots <= 0:
         return None
-    reserved = cores[len(cores) - need:]
-    return [reserved[i * per_slot:(i + 1) * per_slot] for i in range(n_slots)], cores[:len(cores) - need]
+    groups: dict[Any, list[int]] = {}
+    for c in sorted(set(available)):
+        groups.setdefault((cores or {}).get(c, ("cpu", c)), []).append(c)
+    order = sorted(groups.values(), key=lambda g: g[0])
+    slots: list[list[int]] = []
+    for _ in range(n_slots):
+        mine: list[int] = []
+        while len(mine) < per_slot and order:
+            mine = sorted(mine + order.pop())
+        if len(mine) < per_slot:
+            return None
+        slots.append(mine)
+    rest = sorted(c for g in order for c in g)
+    if len(rest) < max(1, min_rest):
+        return None
+    return slots, rest
 
 
 def resolve_devices(spec: str | None, *, cpu_ok: bool = True) -> list[str]:
@@ -263,7 +294,8 @@ class LocalExecutor(Executor):
             explicit = per_slot is not None  # asked for: honoured while one core is left for the rest
             if per_slot is None:
                 per_slot = default_timing_cpus(devices, len(avail))
-            plan = plan_timing_cpus(len(devices), int(per_slot), avail, min_rest=1 if explicit else 2)
+            plan = plan_timing_cpus(len(devices), int(per_slot), avail, min_rest=1 if explicit else 2,
+                                    cores=cpu_cores(avail))
             if explicit and per_slot and plan is None:
                 log.warning("--timing-cpus %s: too few cores (%d) for %d slot(s); not pinning", per_slot,
                             len(avail), len(devices))
@@ -308,7 +340,10 @@ class LocalExecutor(Executor):
         return {m: TimingStats.from_dict(s) for m, s in stats.items()}, info, fp  # type: ignore[misc]
 
     async def close(self) -> None:
-        await asyncio.gather(*(asyncio.to_thread(s.stop) for s in self._slots))
-        if self._saved_affinity is not None:
-            os.sched_setaffinity(0, self._saved_affinity)
-            self._saved_affinity = None
+        try:
+            await asyncio.gather(*(asyncio.to_thread(s.stop) for s in self._slots))
+        finally:
+            if self._saved_affinity is not None:
+                # (the calling thread's affinity: threads started meanwhile keep the narrower set)
+                os.sched_setaffinity(0, self._saved_affinity)
+                self._saved_affinity = None

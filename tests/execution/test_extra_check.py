@@ -64,3 +64,24 @@ def test_non_tolerance_failures_are_never_margins():
     assert extra_check_verdict(Comparison(True)) == "ok"
     # the allclose judge has no float64 bound to measure a margin by
     assert extra_check_verdict(Comparison(False, "tolerance", max_abs_err=1e-9)) == "stale"
+
+
+def test_margin_is_judged_per_output_not_against_another_outputs_bound():
+    # a model with two outputs of different scales (mean and a large sum, say); the small one is a
+    # stale replay (all zeros: 100% wrong), the large one is right
+    g = torch.Generator().manual_seed(0)
+    small = torch.rand(256, generator=g, dtype=torch.float64) * 1e-3
+    big = torch.randn(256, generator=g, dtype=torch.float64) * 300
+    cmp = judge64([torch.zeros(256), big.float()], [small, big])
+    assert not cmp.ok
+    # the small output misses its own bound (about 4e-9) by a factor of ~2e5 ...
+    own = judge64([torch.zeros(256)], [small])
+    assert own.max_abs_err > 1e4 * own.bound
+    # ... yet the re-check reads it as rounding at the edge of the bound
+    assert extra_check_verdict(cmp) == "stale", "a stale output was excused by another output's bound"
+
+
+def judge64(outs, refs64):
+    return compare_outputs(outs, [r.float() for r in refs64], judge="fp64-bound", atol=1e-4, rtol=1e-4,
+                           nan_policy="match", check_dtype=True, refs64=refs64, fp64_multiple=K,
+                           fp64_floor_rel=FLOOR)

@@ -13,8 +13,18 @@ from kernelbench_harness.executors.local import LocalExecutor, default_timing_cp
 
 
 def test_plan_takes_cores_from_the_top_and_keeps_the_rest():
-    assert plan_timing_cpus(2, 2, list(range(32))) == ([[28, 29], [30, 31]], list(range(28)))
+    assert plan_timing_cpus(2, 2, list(range(32))) == ([[30, 31], [28, 29]], list(range(28)))
     assert plan_timing_cpus(1, 2, [5, 1, 3, 7, 2]) == ([[5, 7]], [1, 2, 3])
+
+
+def test_plan_reserves_whole_cores_so_builds_never_share_one_with_timing():
+    # Linux's usual numbering: CPUs 0-3 are cores 0-3, CPUs 4-7 their hyperthread siblings
+    cores = {c: (0, c % 4) for c in range(8)}
+    slots, rest = plan_timing_cpus(1, 2, list(range(8)), cores=cores)
+    assert slots == [[3, 7]] and rest == [0, 1, 2, 4, 5, 6]
+    slots, rest = plan_timing_cpus(2, 2, list(range(8)), cores=cores)
+    assert slots == [[3, 7], [2, 6]] and rest == [0, 1, 4, 5]
+    assert not {c % 4 for s in slots for c in s} & {c % 4 for c in rest}
 
 
 def test_plan_declines_when_too_little_would_be_left():
