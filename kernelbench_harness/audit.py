@@ -55,7 +55,7 @@ from typing import Any
 
 import torch
 
-from .core import Problem
+from .core import LAUNCH_BOUND_US, Problem
 from .errors import ConfigError
 from .protocols import PROTOCOL_NAMES, Protocol, get_protocol
 
@@ -683,7 +683,7 @@ def audit_problem(
     protocol: Protocol | Sequence[Protocol] | None = None,
     seeds: int = 3,
     max_elements: int | None = None,
-    launch_bound_us: float = 20.0,
+    launch_bound_us: float = LAUNCH_BOUND_US,
     time_eager: bool = True,
 ) -> AuditReport:
     """Audit one problem in this process (see the module docstring for what is checked).
@@ -1078,7 +1078,7 @@ def audit_problems(
     protocol: Protocol | Sequence[Protocol] | None = None,
     seeds: int = 3,
     max_elements: int | None = None,
-    launch_bound_us: float = 20.0,
+    launch_bound_us: float = LAUNCH_BOUND_US,
     timeout_s: float = 300.0,
     budget_s: float | None = None,
     order: str = "given",

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "LAUNCH_BOUND_US",
     "Backend",
     "Outcome",
     "Severity",
@@ -23,6 +24,11 @@ __all__ = [
     "EvalResult",
     "sha256_text",
 ]
+
+# An eager time under this many microseconds mostly measures kernel-launch overhead (PROTOCOLS.md
+# section 6: v0's ReLU at 6.8 us, softmax at 13 us on an H200): the audit flags such problems and the
+# reports mark them. One threshold for both.
+LAUNCH_BOUND_US = 20.0
 
 
 def sha256_text(text: str) -> str:

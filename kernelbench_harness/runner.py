@@ -313,6 +313,14 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         devtype = "cuda" if str(fp.get("device_type")) == "cuda" else "cpu"
         if adapter is None and "device" not in cfg.model_options and cfg.model == "bundled":
             ad = get_adapter(cfg.model, options={**cfg.model_options, "device": devtype})
+        specs = ad.plan(problems, cfg.samples)
+        if not specs:
+            raise ConfigError(
+                f"model {cfg.model!r} has no sample for any of the {len(problems)} selected problem(s); "
+                "nothing to evaluate",
+                fix="for replay: match the file's level and problem_id to --problems/--level/--ids (lines "
+                    "without code are skipped, with a warning each); for bundled: pick a variant that has "
+                    "solutions for these problems (-O variant=all)")
         if stored is None:
             store.create_run(run_name, model=cfg.model, protocol=protocol.to_dict(),
                              config={"run_config": cfg.to_dict(), "run_seed": seed, "problems_source": ps.source,
@@ -328,7 +336,6 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         pool = BuildPool(build_cache, workers=cfg.build_workers or min(16, max(1, ncpu - 1)),
                          arch_list=arch, timeout_s=cfg.build_timeout_s, start_method=cfg.start_method,
                          sandbox=cfg.sandbox)
-        specs = ad.plan(problems, cfg.samples)
         done = store.done_attempts(run_name)
         total_turns = cfg.turns if ad.is_llm else 1
         todo: list[tuple[SampleSpec, int]] = []

@@ -11,7 +11,7 @@ The adapter answers only for the bundled problems themselves: a problem matches 
 problem_id *and* ``code_sha256`` equal those of a bundled file, so a KernelBench problem that happens
 to share an id gets ``Generation(code=None, error=...)`` instead of a wrong solution.
 
-Options (``-M key=value``):
+Options (``-O key=value``):
     variant: ``auto`` (default: ``cuda`` when the target device is a GPU and a CUDA solution exists,
         else ``triton``), ``triton``, ``cuda``, ``cpp``, or ``all`` (one sample per variant that can
         run on the target device, sample_id 0..n-1 in the order triton, cuda, cpp).
@@ -145,7 +145,7 @@ class BundledAdapter(ModelAdapter):
 
     Args:
         options: ``{"variant": ..., "device": ...}`` as described in the module docstring; values may be
-            strings (from ``-M key=value``). Unknown keys are ignored with a warning.
+            strings (from ``-O key=value``). Unknown keys are ignored with a warning.
 
     Raises:
         ConfigError: an unknown ``variant`` or ``device``.
@@ -163,7 +163,7 @@ class BundledAdapter(ModelAdapter):
         self.variant = str(opts.get("variant") or "auto").strip().lower()
         if self.variant not in VARIANT_CHOICES:
             raise ConfigError(f"unknown bundled variant {self.variant!r}",
-                              fix=f"use -M variant=<{'|'.join(VARIANT_CHOICES)}>")
+                              fix=f"use -O variant=<{'|'.join(VARIANT_CHOICES)}>")
         device = opts.get("device")
         self._device: str | None = None
         if device is not None and str(device).strip():
@@ -173,7 +173,7 @@ class BundledAdapter(ModelAdapter):
             elif d == "cuda" or d.startswith("cuda:"):
                 self._device = "cuda"
             else:
-                raise ConfigError(f"unknown device {device!r} for the bundled adapter", fix="use -M device=cpu|cuda")
+                raise ConfigError(f"unknown device {device!r} for the bundled adapter", fix="use -O device=cpu|cuda")
         suite = load_problems("bundled")
         self._suite: dict[tuple[int, int], Problem] = {(p.level, p.problem_id): p for p in suite.problems}
         self._solutions = find_bundled_solutions()

@@ -58,11 +58,16 @@ def list_cmd(offline: bool, timeout_s: float, as_json: bool) -> None:
         spec = s.info.spec if s.info.spec != s.info.name else ""
         row = [s.info.name, spec, _mark(s.extra_installed), _mark(s.key_present), _mark(s.server_reachable),
                "[green]yes[/green]" if s.usable else "[red]no[/red]"]
-        table.add_row(*row, *([s.info.description] if wide else []))
+        from rich.markup import escape
+
+        row[0], row[1] = escape(row[0]), escape(row[1])
+        table.add_row(*row, *([escape(s.info.description)] if wide else []))
     console.print(table)
     notes = [(s.info.name, s.detail) for s in statuses if s.detail and s.detail != "offline"]
     for name, detail in notes:
-        console.print(f"[bold]{name}[/bold]: {detail}", highlight=False)
+        from rich.markup import escape  # "pip install 'kernelbench-harness[openai]'" is text, not markup
+
+        console.print(f"[bold]{escape(name)}[/bold]: {escape(detail)}", highlight=False)
 
 
 def register(group: click.Group) -> None:

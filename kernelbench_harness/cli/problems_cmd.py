@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..core import LAUNCH_BOUND_US
 from ..problems import load_problems
 from ..protocols import PROTOCOL_NAMES, get_protocol
 from .common import ids_option, level_option, parse_levels, problems_option
@@ -62,7 +63,7 @@ def list_cmd(problems: str | None, level: str | None, ids: str | None, as_json: 
 @click.option("--budget", "budget_s", default=None, type=float, help="Time budget for the whole audit, seconds.")
 @click.option("--order", default="given", show_default=True, type=click.Choice(["given", "size"]),
               help="Audit order; size: smallest problems first.")
-@click.option("--launch-bound-us", default=20.0, show_default=True, type=float,
+@click.option("--launch-bound-us", default=LAUNCH_BOUND_US, show_default=True, type=float,
               help="Eager time under which a problem is launch-bound (GPU only), microseconds.")
 @click.option("--threads", default=None, type=click.IntRange(1, 1024),
               help="CPU threads of the audit process (default: torch's; 1 is fastest on a busy small CPU).")

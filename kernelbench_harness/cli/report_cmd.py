@@ -108,6 +108,7 @@ def show_cmd(
     from rich.panel import Panel
     from rich.syntax import Syntax
     from rich.table import Table
+    from rich.text import Text  # stored text is shown as it is: never read as rich markup
 
     level, pid = _parse_problem(problem)
     console = Console()
@@ -124,8 +125,11 @@ def show_cmd(
             f = f[f["sample_id"] == sample_id]
         keys = sorted({(str(m), int(s)) for m, s in zip(f["model"], f["sample_id"])})
         if not keys:
-            console.print(f"no recorded sample for L{level}/{pid} in run {run_name}")
-            return
+            from ..errors import StoreError
+
+            raise StoreError(f"no recorded sample for L{level}/{pid} in run {run_name!r}"
+                             + (f" (model {model!r})" if model else "") + (f" (sample {sample_id})" if sample_id is not None else ""),
+                             fix=f"`kbench report {run_name}` lists the run's problems, models and samples")
         limit = None if full else 1500
 
         def trim(text: str) -> str:
@@ -152,20 +156,20 @@ def show_cmd(
                 if r.max_abs_err is not None:
                     t.add_row("max abs / rel err", f"{r.max_abs_err:.3g} / {_fmt(r.max_rel_err)}")
                 for fd in r.findings:
-                    t.add_row("finding", f"{fd.severity} {fd.check} {fd.tag}: {fd.message}")
+                    t.add_row("finding", Text(f"{fd.severity} {fd.check} {fd.tag}: {fd.message}"))
                 if r.error:
-                    t.add_row("error", trim(r.error))
+                    t.add_row("error", Text(trim(r.error)))
                 console.print(Panel(t, title=f"turn {a.turn} ({a.backend})", expand=False))
                 for msg in a.messages or []:
                     console.print(
                         Panel(
-                            trim(str(msg.get("content", ""))),
-                            title=f"prompt: {msg.get('role', '?')}",
+                            Text(trim(str(msg.get("content", "")))),
+                            title=Text(f"prompt: {msg.get('role', '?')}"),
                             border_style="blue",
                         )
                     )
                 if a.reply:
-                    console.print(Panel(trim(a.reply), title="reply", border_style="green"))
+                    console.print(Panel(Text(trim(a.reply)), title="reply", border_style="green"))
                 elif a.code:
                     console.print(Syntax(trim(a.code), "python", line_numbers=True))
 
@@ -226,9 +230,9 @@ def runs_list_cmd(db: str | None) -> None:
     "--out",
     "out_dir",
     type=click.Path(file_okay=False),
-    default="reports/site",
+    default="reports/leaderboard",
     show_default=True,
-    help="Site folder.",
+    help="Site folder (reports/site holds the published leaderboard: rebuild it only from its store).",
 )
 @click.option("--db", "dbs", multiple=True, help=_DB_HELP + " Repeat to combine several stores.")
 @click.option(
@@ -252,6 +256,15 @@ def leaderboard_cmd(
 
     stores = [_store(db) for db in (dbs or (None,))]
     try:
+        if runs:
+            known = {r.run_name for st in stores for r in st.list_runs()}
+            missing = [r for r in runs if r not in known]
+            if missing:
+                from ..errors import StoreError
+
+                raise StoreError(f"no run named {', '.join(map(repr, missing))} in "
+                                 + ("these stores" if len(stores) > 1 else "this store"),
+                                 fix="see `kbench runs list` (with the same --db)")
         index = write_leaderboard(
             stores, out_dir, runs=list(runs) or None, n_resamples=resamples, flags=_read_flags(flags_path)
         )

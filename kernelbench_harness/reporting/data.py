@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from .. import __version__
-from ..core import Problem
+from ..core import LAUNCH_BOUND_US, Problem
 from ..metrics import (
     FAILURE_SPEEDUP,
     FAST_P_THRESHOLDS,
@@ -45,7 +45,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 REVIEW_SPEEDUP = 10.0
 """Speedups above this are marked for review (KernelBench's warning threshold)."""
-LAUNCH_BOUND_MS = 0.05
+LAUNCH_BOUND_MS = LAUNCH_BOUND_US / 1000.0  # core.LAUNCH_BOUND_US, in ms
 """Problems whose eager time is below this (ms) are marked launch-bound: their times measure launch
 overhead more than the kernel (PROTOCOLS.md section 6)."""
 
@@ -90,6 +90,18 @@ LEGEND: dict[str, str] = {
     "are left out of every score and listed apart.",
 }
 
+
+
+def _effective_fingerprint(info: Any) -> str:
+    """The run's protocol fingerprint as this version computes it from the stored settings: a run stored
+    before a setting existed (with that setting's neutral default) matches a newer run with the same
+    rules, e.g. ``alternate_rounds`` (absent before session 4, 1 = off). Falls back to the stored one."""
+    try:
+        from ..protocols import Protocol
+
+        return Protocol.from_dict(dict(info.protocol or {})).fingerprint()
+    except Exception:  # noqa: BLE001 - an unreadable stored protocol keeps its stored fingerprint
+        return info.protocol_fingerprint
 
 def _now_iso() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
@@ -253,11 +265,14 @@ def build_run_data(
                 "finished_at": info.finished_at,
                 "protocol_name": info.protocol_name,
                 "precision": info.precision,
-                "protocol_fingerprint": info.protocol_fingerprint,
+                "protocol_fingerprint": _effective_fingerprint(info),
+                "stored_protocol_fingerprint": info.protocol_fingerprint,
                 "hardware_fingerprint": info.hardware_fingerprint,
                 "hardware_label": hardware_label(info.hardware),
                 "kbench_version": info.kbench_version,
                 "problem_count": info.problem_count,
+                "problem_set": _problem_set_id(problems),
+                "problem_set_label": _problem_set_label(problems),
                 "attempt_count": len(frame),
                 "sample_count": len(scores),
             },
@@ -281,6 +296,22 @@ def build_run_data(
             "problems": rows,
         }
     )
+
+
+def _problem_set_id(problems: list[Problem]) -> str:
+    """Short hash of the run's problem set (the sources' SHA-256s, sorted): runs over the same problems
+    share it, wherever the files were loaded from."""
+    import hashlib
+
+    blob = "\n".join(sorted(p.code_sha256 for p in problems)).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _problem_set_label(problems: list[Problem]) -> str:
+    roots = {_source_root(p.source) for p in problems}
+    levels = sorted({p.level for p in problems})
+    where = "bundled suite" if roots == {"bundled"} else "problems"
+    return f"{len(problems)} {where}, level{'s' if len(levels) > 1 else ''} {', '.join(map(str, levels))}"
 
 
 def _source_root(source: str) -> str:
@@ -582,11 +613,15 @@ def build_leaderboard_data(
         as ``{value, low, high}`` and fast_p dicts, and ``report`` (the link).
     """
     rows = []
-    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    groups: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
     for store, name, path in runs:
         data = (run_data or {}).get(path) or build_run_data(store, name, n_resamples=n_resamples)
         run = data["run"]
-        gkey = (f"{run['protocol_name']}", run["precision"], run["hardware_label"])
+        # the same protocol name with other settings (overrides) is another group: never mixed
+        # and another problem set is another group: fast_p over the bundled suite and over KernelBench are
+        # not comparable
+        gkey = (f"{run['protocol_name']}", run["precision"], run["hardware_label"], run["protocol_fingerprint"],
+                str(run.get("problem_set", "")))
         g = groups.setdefault(
             gkey,
             {
@@ -595,6 +630,8 @@ def build_leaderboard_data(
                 "precision": run["precision"],
                 "hardware": run["hardware_label"],
                 "protocol_fingerprints": [],
+                "problem_set": run.get("problem_set", ""),
+                "problem_set_label": run.get("problem_set_label", ""),
                 "runs": [],
             },
         )

@@ -362,7 +362,7 @@ def render_run_report(
 
 def write_leaderboard(
     stores: Sequence[Any],
-    out_dir: str | Path = "reports/site",
+    out_dir: str | Path = "reports/leaderboard",
     *,
     runs: Sequence[str] | None = None,
     n_resamples: int = 2000,

@@ -111,6 +111,16 @@ def test_leaderboard_in_browser(browser, site: Path, served: str, artifacts: Pat
     base = site.resolve().as_uri() if mode == "file" else served
     _load(drv, f"{base}/index.html")
     assert "leaderboard" in drv.title
+    # on load only the first comparison group is shown: rows of different protocols, precisions,
+    # hardware or problem sets are never side by side unless the reader asks for all
+    groups = drv.execute_script(
+        "return Array.from(document.getElementById('board').tBodies[0].rows)"
+        ".filter(r => !r.classList.contains('hidden')).map(r => r.getAttribute('data-cgroup'));")
+    assert groups and len(set(groups)) == 1
+    drv.execute_script(
+        "const s = document.querySelector('select[data-filter=cgroup]');"
+        "s.value = ''; s.dispatchEvent(new Event('change', {bubbles: true}));"
+    )
     # sort by "correct" (7th column): first click descending, second ascending
     header = drv.find_elements(By.CSS_SELECTOR, "#board thead th")[6]
     assert header.text.startswith("correct")

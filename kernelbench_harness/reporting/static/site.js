@@ -48,7 +48,8 @@
         Array.prototype.forEach.call(selects, function (sel) {
           var want = sel.value;
           var key = sel.getAttribute("data-filter");
-          if (want !== "" && row.getAttribute("data-" + key) !== want) { ok = false; }
+          var have = row.getAttribute("data-" + key);  // rows without the attribute ignore that filter
+          if (want !== "" && have !== null && have !== want) { ok = false; }
         });
         row.classList.toggle("hidden", !ok);
         if (ok) { shown += 1; }
