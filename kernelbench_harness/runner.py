@@ -291,7 +291,15 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 
     ps = problem_set or load_problems(cfg.problems, levels=cfg.levels, ids=cfg.ids)
     if not ps.problems:
-        raise ConfigError(f"no problems selected from {ps.source}",
+        have = ""
+        if problem_set is None and (cfg.levels or cfg.ids):
+            try:  # say what the source does hold (an error path: one more load is fine)
+                every = load_problems(cfg.problems)
+                lv = sorted({p.level for p in every.problems})
+                have = f"; it holds {len(every.problems)} problem(s) in level(s) {', '.join(map(str, lv)) or 'none'}"
+            except Exception:  # noqa: BLE001 - the message goes out without it
+                have = ""
+        raise ConfigError(f"no problems selected from {ps.source}{have}",
                           fix="check --problems, --level and --ids (`kbench problems list` shows what loads)")
     if stored is not None:
         scope = {p.code_sha256 for p in store.run_problems(run_name)}
@@ -375,7 +383,11 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 prog.advance("build")
                 if bo.status in ("compile_error", "timeout"):
                     outcome = Outcome.COMPILE_ERROR if bo.status == "compile_error" else Outcome.TIMEOUT
-                    return _cheat_override(EvalResult(outcome, compiled=False, error=bo.error,
+                    err = bo.error or ""
+                    if devtype != "cuda" and "CUDA_HOME" in err and "hint:" not in err:
+                        err += ("\nhint: this candidate compiles CUDA code and this run has no GPU (or no CUDA "
+                                "toolkit): evaluate it on a machine with a CUDA GPU")
+                    return _cheat_override(EvalResult(outcome, compiled=False, error=err,
                                                       phase_s={"build": bo.seconds},
                                                       extra={"phase": "build", "build_pool": dataclasses.asdict(bo)}),
                                            c.source)

@@ -25,11 +25,17 @@ def parse_levels(spec: str | None) -> tuple[int, ...] | None:
         part = part.strip()
         m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
         if m:
-            out.update(range(int(m.group(1)), int(m.group(2)) + 1))
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if lo > hi:
+                raise ConfigError(f"bad --level range {part!r}: it is empty", fix=f"write it low-high, e.g. {hi}-{lo}")
+            out.update(range(lo, hi + 1))
         elif part.isdigit():
             out.add(int(part))
         else:
             raise ConfigError(f"bad --level value {spec!r}", fix="use a level like 1, a range like 1-3, or 1,3")
+    if 0 in out:
+        raise ConfigError(f"bad --level value {spec!r}: levels start at 1 (KernelBench has levels 1-4)",
+                          fix="use a level like 1, a range like 1-3, or 1,3")
     return tuple(sorted(out))
 
 

@@ -305,8 +305,12 @@ class _Job:
         except BaseException as e:  # anything raised while importing the candidate module
             self.phase_s["build"] = _perf_counter() - t0
             kind = _classify_exception(e)
+            err = _tail(traceback.format_exc())
+            if self.device.type != "cuda" and "CUDA_HOME" in err:
+                err += ("\nhint: this candidate compiles CUDA code and this run has no GPU (or no CUDA toolkit): "
+                        "evaluate it on a machine with a CUDA GPU")
             self.send({"event": "built", "ok": False, "kind": "compile_error" if kind != "oom" else "oom",
-                       "import_error": True, "error": _tail(traceback.format_exc()),
+                       "import_error": True, "error": err,
                        "build": self.record.to_dict(), "phase_s": self.phase_s})
             return None
         self.phase_s["build"] = _perf_counter() - t0

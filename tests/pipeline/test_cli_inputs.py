@@ -1,0 +1,57 @@
+"""Bad command-line input gets a clear error that names the fix, and stores nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from kernelbench_harness.cli import cli
+from kernelbench_harness.cli.common import parse_levels
+from kernelbench_harness.errors import ConfigError
+
+
+def test_levels_parse_and_reject_level_zero_and_empty_ranges():
+    assert parse_levels("1-3") == (1, 2, 3) and parse_levels("1,3") == (1, 3) and parse_levels(None) is None
+    with pytest.raises(ConfigError, match="levels start at 1"):
+        parse_levels("0-2")
+    with pytest.raises(ConfigError, match="empty"):
+        parse_levels("3-1")
+
+
+def _run(tmp_path, *args):
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    return CliRunner().invoke(cli, ["run", "--db", db, "--display", "plain", "--no-report", *args]), db
+
+
+def test_a_level_the_source_lacks_names_the_levels_it_has(tmp_path):
+    res, _ = _run(tmp_path, "--level", "9")
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
+    assert "no problems selected" in str(res.exception) and "level(s) 1, 2, 3" in str(res.exception)
+
+
+def test_a_replay_with_no_usable_line_is_an_error_and_stores_no_run(tmp_path):
+    gens = tmp_path / "g.jsonl"
+    gens.write_text(json.dumps({"level": 1, "problem_id": 1, "model": "m"}) + "\n")  # no code
+    res, db = _run(tmp_path, "--model", f"replay:{gens}")
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
+    assert "has no sample" in str(res.exception) and res.exception.fix
+    runs = CliRunner().invoke(cli, ["runs", "list", "--db", db])
+    assert "no runs yet" in runs.output
+
+
+def test_a_cuda_candidate_on_a_cpu_run_says_it_needs_a_gpu(tmp_path):
+    from kernelbench_harness.store import Store
+
+    res, db = _run(tmp_path, "-O", "variant=cuda", "--level", "1", "--ids", "1", "--gpus", "cpu",
+                   "--run-name", "cu")
+    assert res.exit_code == 0, res.output
+    st = Store(db)
+    try:
+        (att,) = st.attempts("cu")
+    finally:
+        st.close()
+    assert str(att.result.outcome) == "compile_error"
+    if "CUDA_HOME" in att.result.error:  # torch's words when no toolkit is found
+        assert "hint: this candidate compiles CUDA code and this run has no GPU" in att.result.error
