@@ -258,7 +258,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     """
     from .adapters.registry import get_adapter
     from .agent import TurnRecord, run_sample
-    from .execution.build import target_arch_list
+    from .execution.build import target_arch_list, with_no_gpu_hint
     from .execution.builder import BuildPool, needs_build
     from .store import Store
 
@@ -383,10 +383,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 prog.advance("build")
                 if bo.status in ("compile_error", "timeout"):
                     outcome = Outcome.COMPILE_ERROR if bo.status == "compile_error" else Outcome.TIMEOUT
-                    err = bo.error or ""
-                    if devtype != "cuda" and "CUDA_HOME" in err and "hint:" not in err:
-                        err += ("\nhint: this candidate compiles CUDA code and this run has no GPU (or no CUDA "
-                                "toolkit): evaluate it on a machine with a CUDA GPU")
+                    err = with_no_gpu_hint(bo.error or "", devtype)
                     return _cheat_override(EvalResult(outcome, compiled=False, error=err,
                                                       phase_s={"build": bo.seconds},
                                                       extra={"phase": "build", "build_pool": dataclasses.asdict(bo)}),

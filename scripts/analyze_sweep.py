@@ -12,6 +12,7 @@ no two timing windows on the same device overlap.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -66,10 +67,11 @@ def main() -> int:
             print(f"   wall {wall:.1f} s = {wall / max(1, n):.2f} s per candidate, {60 * n / wall:.1f} candidates/min")
             print(f"   inside timing windows: {busy:.1f} s = {100 * busy / wall:.1f}% of the wall (GPU busy timing)")
         print(f"   timing windows: {len(windows)} on {len(by_dev)} device(s), overlapping pairs: {overlaps}")
-        busy_cpu = sorted(w["host_cpu_busy"] for w in windows if "host_cpu_busy" in w)
-        if busy_cpu:  # recorded since session 4: how loaded the host was while timing
-            q = lambda f: busy_cpu[min(len(busy_cpu) - 1, int(f * len(busy_cpu)))]  # noqa: E731
-            print(f"   host CPU busy while timing: median {q(0.5):.0%}, p90 {q(0.9):.0%}, max {busy_cpu[-1]:.0%}")
+        busy_cpu = [w["host_cpu_busy"] for w in windows if "host_cpu_busy" in w]
+        if len(busy_cpu) >= 2:  # recorded since session 4: how loaded the host was while timing
+            p90 = statistics.quantiles(busy_cpu, n=10)[-1]
+            print(f"   host CPU busy while timing: median {statistics.median(busy_cpu):.0%}, p90 {p90:.0%}, "
+                  f"max {max(busy_cpu):.0%}")
         for k in ("reference", "build", "construct", "time", "baselines", "total"):
             if k in phases:
                 print(f"   sum of phase '{k}': {phases[k]:.1f} s")

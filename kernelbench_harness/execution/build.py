@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["CandidateBuildError", "BuildRecord", "install_build_hooks", "extension_key", "CountingModule"]
+__all__ = ["CandidateBuildError", "BuildRecord", "install_build_hooks", "extension_key", "CountingModule",
+           "with_no_gpu_hint"]
 
 
 class CandidateBuildError(RuntimeError):
@@ -91,6 +92,15 @@ def _file_text(p: str) -> str:
         return Path(p).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return f"<missing {p}>"
+
+
+def with_no_gpu_hint(error: str, device_type: str) -> str:
+    """``error`` of a failed build, with a hint when a CUDA candidate failed for want of a CUDA toolkit
+    on a run without a GPU (torch says only "CUDA_HOME environment variable is not set")."""
+    if device_type != "cuda" and "CUDA_HOME" in error and "hint:" not in error:
+        return error + ("\nhint: this candidate compiles CUDA code and this run has no GPU (or no CUDA toolkit): "
+                        "evaluate it on a machine with a CUDA GPU")
+    return error
 
 
 def target_arch_list(compute_capability: str | tuple[int, int] | None) -> str | None:

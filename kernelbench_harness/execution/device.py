@@ -257,10 +257,6 @@ class ProblemContext:
                                check_dtype=p.check_dtype, refs64=ref64, fp64_multiple=p.fp64_multiple,
                                fp64_floor_rel=p.fp64_floor_rel)
 
-    def extra_check(self, fresh: Comparison, stale: Comparison | None = None) -> str:
-        """``ok``, ``stale`` or ``margin`` for a re-check after timing (see :func:`extra_check_verdict`)."""
-        return extra_check_verdict(fresh, stale=stale)
-
     def compare_on(self, set_idx: int, round_: int | None, outs: list[Any]) -> Comparison:
         """Judge ``outs`` against the reference on input set ``set_idx`` with its floating tensors
         refreshed for timed round ``round_`` on the device (:func:`.timing.refresh_values`), as the
@@ -735,29 +731,20 @@ class DeviceEvaluator:
                 if rounds > 1 and measured is not None:
                     measured.update(self._finish_baselines(ctx, list(alternate or []), fns, base_blocks, part))
                 mark("timing")  # includes waiting for the device's timing lock, and alternated baselines
+                def recheck(set_idx: int, inplace: bool) -> Comparison:
+                    h.chan.send({"cmd": "recheck", "set": set_idx, "inplace": inplace})
+                    msg = expect(run_deadline + job.timeout_s, "output")
+                    return ctx.compare(self._read_outputs(msg, jobdir), set_idx)
+
                 if job.protocol.recheck_after_timing:
                     state = "recheck"
-                    h.chan.send({"cmd": "recheck", "set": ctx.recheck_set, "inplace": True})
-                    msg = expect(run_deadline + job.timeout_s, "output")
-                    rc = ctx.compare(self._read_outputs(msg, jobdir), ctx.recheck_set)
-                    verdict = ctx.extra_check(rc)
-                    if verdict == "stale":
-                        findings.append(Finding("runtime.replay", Severity.TIMING, "replay",
-                                                "wrong output on fresh values written into the buffers used "
-                                                f"during timing: {rc.detail}", {"reason": rc.reason}))
-                    elif verdict == "margin":
-                        findings.append(_margin_finding("the re-check on fresh values after timing", rc))
+                    _record_recheck(findings, recheck(ctx.recheck_set, True), "runtime.replay", Severity.TIMING,
+                                    "replay", "wrong output on fresh values written into the buffers used during "
+                                    "timing", "the re-check on fresh values after timing")
                 if job.protocol.both_orders:
-                    h.chan.send({"cmd": "recheck", "set": 0, "inplace": False})
-                    msg = expect(run_deadline + job.timeout_s, "output")
-                    rc = ctx.compare(self._read_outputs(msg, jobdir), 0)
-                    verdict = ctx.extra_check(rc)
-                    if verdict == "stale":
-                        findings.append(Finding("runtime.history", Severity.CHEAT, "history",
-                                                "output for input set 0 differs when computed again after other "
-                                                f"calls: {rc.detail}", {"reason": rc.reason}))
-                    elif verdict == "margin":
-                        findings.append(_margin_finding("input set 0 computed again after timing", rc))
+                    _record_recheck(findings, recheck(0, False), "runtime.history", Severity.CHEAT, "history",
+                                    "output for input set 0 differs when computed again after other calls",
+                                    "input set 0 computed again after timing")
             mark("recheck")
             h.chan.send({"cmd": "finish"})
             done = expect(time.monotonic() + 60, "done")
@@ -835,13 +822,9 @@ class DeviceEvaluator:
             stale = ctx.compare(outs, set_idx) if round_ is not None else None
         except Exception:  # noqa: BLE001 - no second opinion: judge on the first alone
             stale = None
-        verdict = ctx.extra_check(cmp, stale)
-        if verdict == "stale":
-            findings.append(Finding("runtime.replay", Severity.TIMING, "replay",
-                                    "the output of a timed call is wrong for the inputs of that call (a cached "
-                                    f"or stale result was timed): {cmp.detail}", {"reason": cmp.reason}))
-        elif verdict == "margin":
-            findings.append(_margin_finding("the output of the last timed call", cmp))
+        _record_recheck(findings, cmp, "runtime.replay", Severity.TIMING, "replay",
+                        "the output of a timed call is wrong for the inputs of that call (a cached or stale "
+                        "result was timed)", "the output of the last timed call", stale=stale)
 
     def _finish(self, h: ChildHandle | None, res: EvalResult, jobdir: Path) -> EvalResult:
         if h is not None:
@@ -927,13 +910,19 @@ class _ChildFailed(Exception):
         self.text = text
 
 
-def _margin_finding(where: str, cmp: Comparison) -> Finding:
-    """A re-check failed the fp64 bound by what rounding explains (see :func:`extra_check_verdict`):
-    shown in reports, the verdict rests on the correctness trials."""
-    return Finding("runtime.precision-margin", Severity.WARN, "precision-margin",
-                   f"{where} crossed the correctness bound by a rounding-sized margin (not a stale result; "
-                   f"the correctness trials passed): {cmp.detail}",
-                   {"reason": cmp.reason, "max_abs_err": cmp.max_abs_err, "bound": cmp.bound})
+def _record_recheck(findings: list[Finding], cmp: Comparison, check: str, severity: Severity, tag: str,
+                    message: str, where: str, *, stale: Comparison | None = None) -> None:
+    """Record a re-check after timing (:func:`extra_check_verdict`): a stale result is the finding
+    ``check``/``tag`` at ``severity``; a miss that rounding explains is a ``precision-margin`` warning
+    (shown in reports; the verdict rests on the correctness trials)."""
+    verdict = extra_check_verdict(cmp, stale=stale)
+    if verdict == "stale":
+        findings.append(Finding(check, severity, tag, f"{message}: {cmp.detail}", {"reason": cmp.reason}))
+    elif verdict == "margin":
+        findings.append(Finding("runtime.precision-margin", Severity.WARN, "precision-margin",
+                                f"{where} crossed the correctness bound by a rounding-sized margin (not a stale "
+                                f"result; the correctness trials passed): {cmp.detail}",
+                                {"reason": cmp.reason, "max_abs_err": cmp.max_abs_err, "bound": cmp.bound}))
 
 
 def _host_cpu_times() -> tuple[int, int] | None:

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from . import timing as _timing  # captures the timer functions now, before any candidate import
-from .build import BuildRecord, CandidateBuildError, install_build_hooks
+from .build import BuildRecord, CandidateBuildError, install_build_hooks, with_no_gpu_hint
 from .channel import Channel
 from .guards import ProtectedSnapshot, ThreadWatch, run_watching_precision, snapshot_global_flags
 from .tensorio import decode_value, read_tensor, write_tensor
@@ -305,10 +305,7 @@ class _Job:
         except BaseException as e:  # anything raised while importing the candidate module
             self.phase_s["build"] = _perf_counter() - t0
             kind = _classify_exception(e)
-            err = _tail(traceback.format_exc())
-            if self.device.type != "cuda" and "CUDA_HOME" in err:
-                err += ("\nhint: this candidate compiles CUDA code and this run has no GPU (or no CUDA toolkit): "
-                        "evaluate it on a machine with a CUDA GPU")
+            err = with_no_gpu_hint(_tail(traceback.format_exc()), self.device.type)
             self.send({"event": "built", "ok": False, "kind": "compile_error" if kind != "oom" else "oom",
                        "import_error": True, "error": err,
                        "build": self.record.to_dict(), "phase_s": self.phase_s})
