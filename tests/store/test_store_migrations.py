@@ -212,20 +212,21 @@ def test_migrated_schema_matches_models(db_url: str) -> None:
 
 
 _WRITER = textwrap.dedent("""
-    import sys, time
+    import itertools, sys, time
     from kernelbench_harness.core import Backend, Candidate, EvalResult, Outcome, Problem, TimingStats
     from kernelbench_harness.store import Store
 
     store = Store(sys.argv[1])
-    probs = [Problem(1, i, f"P{i}", f"# problem {i}\\n") for i in range(1, 2001)]
+    probs = [Problem(1, i, f"P{i}", f"# problem {i}\\n") for i in range(1, 51)]
     store.create_run("killed", model="m", protocol={"name": "kbench"}, config={}, hardware={}, problems=probs)
     st = TimingStats(1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 200, tuple([1.0] * 200))
     print("ready", flush=True)
-    for p in probs:
+    # never finishes on its own: the test always kills it mid-run, however fast the machine
+    for sample_id, p in ((s, p) for s in itertools.count() for p in probs):
         res = EvalResult(Outcome.CORRECT, compiled=True, correct=True, candidate=st, eager_ms=2.0, compile_ms=2.0,
                          log="x" * 5000)
         store.record_attempt("killed", problem=p, candidate=Candidate(1, p.problem_id, "src" * 500, Backend.CUDA),
-                             model="m", sample_id=0, turn=0, messages=[{"role": "user", "content": "y" * 2000}],
+                             model="m", sample_id=sample_id, turn=0, messages=[{"role": "user", "content": "y" * 2000}],
                              reply="z" * 2000, generation=None, result=res)
 """)
 
@@ -254,9 +255,10 @@ def test_killed_writer_loses_at_most_the_candidate_in_flight(tmp_path: Path) -> 
             results = c.exec_driver_sql("SELECT COUNT(*) FROM results").scalar()
             timings = c.exec_driver_sql("SELECT COUNT(*) FROM timings").scalar()
         done = store.done_attempts("killed")
-        assert 30 <= len(done) < 2000
+        assert len(done) >= 30
         assert attempts == results == timings == len(done)  # no half-written candidate
-        ids = sorted(pid for _, pid, _, _, _ in done)
-        assert ids == list(range(1, len(ids) + 1))  # everything before the kill is there
+        order = sorted(done, key=lambda k: (k[3], k[1]))  # the writer's order: sample_id, then problem_id
+        expected = [(1, 1 + i % 50, "m", i // 50, 0) for i in range(len(done))]
+        assert order == expected  # everything before the kill is there
         df = store.results_frame("killed")
         assert (df.outcome == "correct").all() and len(df) == len(done)
