@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
 
 from ..errors import ConfigError
 
-__all__ = ["parse_levels", "parse_kv", "db_option", "problems_option", "level_option", "ids_option"]
+__all__ = ["parse_levels", "parse_kv", "check_problems_source", "unbounded", "print_full", "db_option",
+           "problems_option", "level_option", "ids_option"]
+
+# widest line print_full lays a table out on when stdout is not a terminal (a guard, not a layout width)
+_MAX_WIDTH = 10_000
 
 
 def parse_levels(spec: str | None) -> tuple[int, ...] | None:
@@ -66,6 +74,52 @@ def parse_kv(pairs: tuple[str, ...], what: str) -> dict[str, Any]:
         k, v = p.split("=", 1)
         out[k.strip()] = _coerce(v.strip())
     return out
+
+
+def check_problems_source(spec: str | None) -> None:
+    """Fail early when ``--problems`` names a path that does not exist.
+
+    Only the path is checked (None, ``bundled`` and ``hf:...`` pass): loading is left to the caller.
+
+    Raises:
+        ConfigError: the file or folder does not exist; the fix lists the accepted sources.
+    """
+    if spec is None or spec == "bundled" or spec.startswith("hf:"):
+        return
+    if not Path(spec).expanduser().exists():
+        raise ConfigError(f"--problems {spec!r}: no such file or folder",
+                          fix="pass a KernelBench folder (path/to/KernelBench), a .jsonl or .parquet file, or "
+                              "hf:ScalingIntelligence/KernelBench; leave --problems out for the bundled suite")
+
+
+def unbounded(console: Console) -> bool:
+    """Whether ``console`` writes to a pipe or file with no width asked for ($COLUMNS unset).
+
+    There nothing wraps lines, so tables are printed at their natural width (:func:`print_full`).
+    """
+    return not console.is_terminal and not os.environ.get("COLUMNS", "").strip()
+
+
+def print_full(console: Console, renderable: RenderableType) -> None:
+    """Print a table (or a panel holding one) without cutting or folding its cells when nothing wraps.
+
+    On a terminal, or when $COLUMNS is set, this is ``console.print``: rich fits the table to that
+    width. Piped to a file, ``less`` or a CI log, rich would assume 80 columns and ellipsize long run
+    and model names; there the table is laid out at its natural width instead.
+    """
+    if not unbounded(console):
+        console.print(renderable)
+        return
+    natural = Measurement.get(console, console.options.update(max_width=_MAX_WIDTH), renderable).maximum
+    width = console.width
+    if natural <= width:
+        console.print(renderable)
+        return
+    console.width = natural
+    try:
+        console.print(renderable)
+    finally:
+        console.width = width  # a console without a terminal has a fixed width: restoring it is exact
 
 
 db_option = click.option("--db", "db", default=None, metavar="URL",

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..adapters import adapter_statuses, list_adapters
 from ..config import load_config
+from .common import print_full, unbounded
 
 
 def _mark(v: bool | None) -> str:
@@ -51,7 +52,7 @@ def list_cmd(offline: bool, timeout_s: float, as_json: bool) -> None:
     table.add_column("resolves to", overflow="fold")
     for col in ("extra", "key", "server", "usable"):
         table.add_column(col, no_wrap=True, min_width=len(col))
-    wide = console.width >= 120
+    wide = console.width >= 120 or unbounded(console)  # piped: nothing wraps, so show everything
     if wide:
         table.add_column("about")
     for s in statuses:
@@ -62,7 +63,7 @@ def list_cmd(offline: bool, timeout_s: float, as_json: bool) -> None:
 
         row[0], row[1] = escape(row[0]), escape(row[1])
         table.add_row(*row, *([escape(s.info.description)] if wide else []))
-    console.print(table)
+    print_full(console, table)
     notes = [(s.info.name, s.detail) for s in statuses if s.detail and s.detail != "offline"]
     for name, detail in notes:
         from rich.markup import escape  # "pip install 'kernelbench-harness[openai]'" is text, not markup

@@ -11,7 +11,7 @@ from rich.table import Table
 from ..core import LAUNCH_BOUND_US
 from ..problems import load_problems
 from ..protocols import PROTOCOL_NAMES, get_protocol
-from .common import ids_option, level_option, parse_levels, problems_option
+from .common import check_problems_source, ids_option, level_option, parse_levels, print_full, problems_option
 
 
 @click.group("problems")
@@ -26,6 +26,7 @@ def problems_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
 def list_cmd(problems: str | None, level: str | None, ids: str | None, as_json: bool) -> None:
     """List the problems a source provides (and the files it skipped, with the reason)."""
+    check_problems_source(problems)
     ps = load_problems(problems, levels=parse_levels(level), ids=ids)
     if as_json:
         for p in ps.problems:
@@ -38,7 +39,7 @@ def list_cmd(problems: str | None, level: str | None, ids: str | None, as_json: 
         t.add_column(c)
     for p in ps.problems:
         t.add_row(str(p.level), str(p.problem_id), p.name, p.code_sha256[:12])
-    con.print(t)
+    print_full(con, t)
     counts = ", ".join(f"level {lv}: {n}" for lv, n in ps.counts_by_level().items())
     con.print(counts or "no problems")
     for iss in ps.issues:
@@ -109,6 +110,7 @@ def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: 
             limit = int(float(max_elements))
         except ValueError:
             raise ConfigError(f"bad --max-elements {max_elements!r}", fix="give a number such as 2e8") from None
+    check_problems_source(problems)
     con = Console()
     env: dict[str, object] = {}
     settings = {"device": device, "protocols": list(protocols) or list(PROTOCOL_NAMES), "precision": precision,
@@ -152,7 +154,7 @@ def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: 
         if r.flags or show_all:
             t.add_row(r.key, r.name, ", ".join(map(str, r.flags)) or "-",
                       "-" if r.eager_ms is None else f"{r.eager_ms:.4g}")
-    con.print(t)
+    print_full(con, t)
     counts = flag_counts(reports)
     con.print("flags: " + (", ".join(f"{k} {v}" for k, v in counts.items()) or "none"))
     for d in known_defect_status(reports):

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import ConfigError
+from .common import check_problems_source, print_full, unbounded
 
 _DB_HELP = (
     "Results database URL (default sqlite:///results/kbench.db; postgresql+psycopg://... for a shared store)."
@@ -138,7 +139,11 @@ def show_cmd(
             return text[:limit] + f"\n... ({len(text) - limit} more characters; --full shows all)"
 
         for m, s in keys:
-            console.rule(f"L{level}/{pid} · {m} · sample {s}")
+            heading = Text(f"L{level}/{pid} · {m} · sample {s}")
+            if unbounded(console) and heading.cell_len + 6 > console.width:
+                console.print(heading, soft_wrap=True)  # a rule would cut a long model name to 80 columns
+            else:
+                console.rule(heading)
             for a in store.attempts_for_sample(run_name, level, pid, m, s):
                 r = a.result
                 t = Table(show_header=False, box=None)
@@ -159,7 +164,7 @@ def show_cmd(
                     t.add_row("finding", Text(f"{fd.severity} {fd.check} {fd.tag}: {fd.message}"))
                 if r.error:
                     t.add_row("error", Text(trim(r.error)))
-                console.print(Panel(t, title=f"turn {a.turn} ({a.backend})", expand=False))
+                print_full(console, Panel(t, title=f"turn {a.turn} ({a.backend})", expand=False))
                 for msg in a.messages or []:
                     console.print(
                         Panel(
@@ -222,7 +227,11 @@ def runs_list_cmd(db: str | None) -> None:
                 str(n),
                 r.created_at.strftime("%Y-%m-%d %H:%M"),
             )
-    Console().print(table if runs else "no runs yet: start one with `kbench run`")
+    console = Console()
+    if runs:
+        print_full(console, table)
+    else:
+        console.print("no runs yet: start one with `kbench run`")
 
 
 @click.command("leaderboard")
@@ -295,6 +304,7 @@ def baselines_import_cmd(folder: str, problems_src: str, precision: str, db: str
     from ..problems import load_problems
     from ..store import Store
 
+    check_problems_source(problems_src)
     ps = load_problems(problems_src)
     with Store(db) as store:
         summary = import_kernelbench_baselines(store, folder, ps.problems, precision=precision)

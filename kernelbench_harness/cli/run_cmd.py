@@ -13,16 +13,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
     TimeRemainingColumn
 from rich.table import Table
 
-from ..problems import load_problems
+from ..problems import load_problems, parse_id_ranges
 from ..protocols import COMPILE_MODES, PRECISIONS, PROTOCOL_NAMES, get_protocol
 from ..runner import PHASES, RunConfig, RunSummary, execute_run, measure_baselines_for
-from .common import db_option, ids_option, level_option, parse_kv, parse_levels, problems_option
+from .common import check_problems_source, db_option, ids_option, level_option, parse_kv, parse_levels, print_full, \
+    problems_option
 
 __all__ = ["register"]
 
 
 class RichProgress:
-    """One progress bar per phase (generate, build, verify, time) with counts, rate and ETA."""
+    """One progress bar per phase (generate, build, verify, time) with counts, rate and ETA.
+
+    The bars appear when the runner first reports work: a run that fails its checks draws nothing.
+    """
 
     def __init__(self, console: Console) -> None:
         self.p = Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
@@ -32,20 +36,26 @@ class RichProgress:
         self.t0 = time.perf_counter()
 
     def __enter__(self) -> "RichProgress":
-        self.p.__enter__()
-        for ph in PHASES:
-            self.tasks[ph] = self.p.add_task(ph, total=0, rate="")
         return self
 
     def __exit__(self, *a: Any) -> None:
-        self.p.__exit__(*a)
+        if self.tasks:
+            self.p.__exit__(*a)
+
+    def _start(self) -> None:
+        if not self.tasks:
+            self.p.__enter__()
+            for ph in PHASES:
+                self.tasks[ph] = self.p.add_task(ph, total=0, rate="")
 
     def total(self, phase: str, n: int) -> None:
+        self._start()
         t = self.tasks[phase]
         cur = self.p.tasks[t].total or 0
         self.p.update(t, total=cur + n)
 
     def advance(self, phase: str, n: int = 1) -> None:
+        self._start()
         t = self.tasks[phase]
         self.p.advance(t, n)
         done = self.p.tasks[t].completed
@@ -57,7 +67,11 @@ class RichProgress:
 
 
 class PlainProgress:
-    """Log lines for CI and pipes: one line per phase change, at most every ``every_s`` seconds."""
+    """Log lines for CI and pipes: one line per phase change, at most every ``every_s`` seconds.
+
+    Nothing is printed before the runner first reports work: a run that fails its checks prints only
+    its error.
+    """
 
     def __init__(self, every_s: float = 10.0) -> None:
         self.totals = {p: 0 for p in PHASES}
@@ -65,17 +79,21 @@ class PlainProgress:
         self.t0 = time.perf_counter()
         self.last = 0.0
         self.every_s = every_s
+        self.started = False
 
     def __enter__(self) -> "PlainProgress":
         return self
 
     def __exit__(self, *a: Any) -> None:
-        self._line(force=True)
+        if self.started:
+            self._line(force=True)
 
     def total(self, phase: str, n: int) -> None:
+        self.started = True
         self.totals[phase] += n
 
     def advance(self, phase: str, n: int = 1) -> None:
+        self.started = True
         self.done[phase] += n
         self._line()
 
@@ -123,7 +141,7 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
         t.add_row(g.model, g.group, str(g.problems), pct(g.correct_rate), pct(g.faster_eager_rate),
                   pct(g.faster_compile_rate), x(g.geomean_speedup_eager), x(g.geomean_speedup_compile),
                   pct(g.fast_p_compile.get("1", g.faster_compile_rate)))
-    console.print(t)
+    print_full(console, t)
     console.print("* geometric mean over correct candidates (KernelBench's definition)")
     outs = ", ".join(f"{k}: {v}" for k, v in sorted(s.outcomes.items()))
     console.print(f"outcomes this session: {outs or 'none'}; {s.skipped_done} sample(s) were already done")
@@ -170,9 +188,10 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
                    "rest (default: 2 per GPU when the host has 6 or more cores per GPU; 0 = no pinning).")
 @click.option("--run-name", default=None, help="Name of the run in the store (default: generated).")
 @click.option("--resume", is_flag=True, help="Continue the run named by --run-name where it stopped.")
-@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=float,
+@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=click.FloatRange(0, min_open=True),
               help="Seconds a candidate may run (after its build).")
-@click.option("--build-timeout", "build_timeout_s", default=900.0, show_default=True, type=float,
+@click.option("--build-timeout", "build_timeout_s", default=900.0, show_default=True,
+              type=click.FloatRange(0, min_open=True),
               help="Seconds a candidate's build may take.")
 @click.option("--build-workers", default=None, type=click.IntRange(1, 256),
               help="Concurrent candidate builds (default: CPUs - 1, at most 16).")
@@ -209,9 +228,12 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
     if compile_modes:
         modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
         overrides["baseline_modes"] = modes
-    get_protocol(protocol, precision, **overrides)  # validate early
+    # every argument is checked before anything is drawn: a bad one prints its error and nothing else
+    get_protocol(protocol, precision, **overrides)
     if resume and not run_name:
         raise click.UsageError("--resume needs --run-name (see `kbench runs list`)")
+    parse_id_ranges(ids)
+    check_problems_source(problems)
     cfg = RunConfig(model=model, run_name=run_name, problems=problems, levels=parse_levels(level), ids=ids,
                     samples=samples, turns=turns, backend=backend, params=parse_kv(model_args, "-M value"),
                     model_options=parse_kv(adapter_options, "-O value"), protocol=protocol, precision=precision,
@@ -219,6 +241,10 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
                     build_timeout_s=build_timeout_s, build_workers=build_workers, start_method=start_method,
                     sandbox=not no_sandbox, executor=executor, ray_address=ray_address, seed=seed,
                     warm_workers=warm_workers)
+    if not resume:  # a resumed run takes its model from the store
+        from ..adapters.registry import get_adapter
+
+        get_adapter(cfg.model, options=cfg.model_options)  # unknown model, missing replay file, bad -O value
     console = Console(stderr=False)
     plain = display == "plain" or (display == "auto" and not sys.stdout.isatty())
     prog: Any = PlainProgress() if plain else RichProgress(console)
@@ -255,6 +281,7 @@ def baseline_cmd(problems: str | None, level: str | None, ids: str | None, proto
     """
     modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
     proto = get_protocol(protocol, precision, baseline_modes=modes)
+    check_problems_source(problems)
     ps = load_problems(problems, levels=parse_levels(level), ids=ids)
     console = Console()
     with PlainProgress() as prog:
@@ -268,7 +295,7 @@ def baseline_cmd(problems: str | None, level: str | None, ids: str | None, proto
         t.add_row(str(r["level"]), str(r["problem_id"]), r["name"], r["mode"],
                   "-" if r["value_ms"] is None else f"{r['value_ms']:.4g}", "yes" if r["cached"] else "",
                   (r["error"] or "")[:60])
-    console.print(t)
+    print_full(console, t)
 
 
 def register(group: click.Group) -> None:
