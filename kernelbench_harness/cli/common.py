@@ -13,8 +13,17 @@ from rich.measure import Measurement
 
 from ..errors import ConfigError
 
-__all__ = ["parse_levels", "parse_kv", "check_problems_source", "unbounded", "print_full", "db_option",
-           "problems_option", "level_option", "ids_option"]
+__all__ = [
+    "check_problems_source",
+    "db_option",
+    "ids_option",
+    "level_option",
+    "parse_kv",
+    "parse_levels",
+    "print_full",
+    "problems_option",
+    "unbounded",
+]
 
 # widest line print_full lays a table out on when stdout is not a terminal (a guard, not a layout width)
 _MAX_WIDTH = 10_000

@@ -9,15 +9,30 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, \
-    TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from ..problems import load_problems, parse_id_ranges
 from ..protocols import COMPILE_MODES, PRECISIONS, PROTOCOL_NAMES, get_protocol
 from ..runner import PHASES, RunConfig, RunSummary, execute_run, measure_baselines_for
-from .common import check_problems_source, db_option, ids_option, level_option, parse_kv, parse_levels, print_full, \
-    problems_option
+from .common import (
+    check_problems_source,
+    db_option,
+    ids_option,
+    level_option,
+    parse_kv,
+    parse_levels,
+    print_full,
+    problems_option,
+)
 
 __all__ = ["register"]
 
@@ -124,6 +139,7 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
         frame = st.results_frame(s.run_name)
         problems = st.run_problems(s.run_name)
         groups = summarize_run(frame, problems, n_resamples=0)
+        info = st.get_run(s.run_name)
     finally:
         st.close()
 
@@ -156,6 +172,11 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
                           "the GPU disagree on the architecture[/]")
     for iss in s.problem_issues:
         console.print(f"[yellow]skipped problem[/] {iss}")
+    from ..reporting import timed_on_cpu
+
+    if info is not None and timed_on_cpu(info.hardware or {}):
+        console.print("[bold yellow]timed on a CPU: the speedups above compare CPU times and do not measure GPU "
+                      "kernels[/]")
 
 
 @click.command("run")

@@ -13,8 +13,10 @@ from .data import (
     build_leaderboard_data,
     build_problem_data,
     build_run_data,
+    error_notes,
     hardware_label,
     load_reported,
+    timed_on_cpu,
 )
 from .highlight import highlight_source
 from .render import default_report_dir, export_run, render_run_report, write_leaderboard, write_run_report
@@ -26,11 +28,13 @@ __all__ = [
     "build_problem_data",
     "build_run_data",
     "default_report_dir",
+    "error_notes",
     "export_run",
     "hardware_label",
     "highlight_source",
     "load_reported",
     "render_run_report",
+    "timed_on_cpu",
     "write_leaderboard",
     "write_run_report",
 ]

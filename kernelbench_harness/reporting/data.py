@@ -37,9 +37,11 @@ __all__ = [
     "build_leaderboard_data",
     "build_problem_data",
     "build_run_data",
+    "error_notes",
     "hardware_label",
     "load_reported",
     "problem_page_name",
+    "timed_on_cpu",
 ]
 
 SCHEMA_VERSION = 1
@@ -149,6 +151,81 @@ def hardware_label(hardware: Mapping[str, Any]) -> str:
     if isinstance(count, int) and count > 1:
         name = f"{count}x {name}"
     return name
+
+
+def timed_on_cpu(hardware: Mapping[str, Any]) -> bool:
+    """Whether a run's stored hardware record says it was evaluated on a CPU, not a GPU.
+
+    The record is the executor's fingerprint (:func:`kernelbench_harness.hardware.fingerprint`):
+    ``device_type`` is ``"cpu"`` when no GPU was used. Records without that key fall back to
+    ``device`` (``"cpu"``, ``"cuda:0"``). An empty or unreadable record is not called a CPU run.
+    """
+    device_type = hardware.get("device_type")
+    if device_type is not None:
+        return str(device_type) == "cpu"
+    return str(hardware.get("device") or "").startswith("cpu")
+
+
+def error_notes(protocol: Mapping[str, Any]) -> dict[str, str]:
+    """What each correctness figure on a problem page means under the run's protocol.
+
+    The statements follow :func:`kernelbench_harness.execution.verify.compare_outputs` (the figures)
+    and ``EvalResult`` (each is the largest over the turn's correctness trials); the numbers (``k``,
+    ``floor_rel``, ``atol``, ``rtol``) are the run's stored protocol settings.
+
+    Args:
+        protocol: the run's stored ``Protocol.to_dict()``.
+
+    Returns:
+        Figure name -> one-paragraph explanation, in display order.
+    """
+    from ..protocols import Protocol
+
+    try:
+        p = Protocol.from_dict(dict(protocol or {}))
+    except Exception:  # noqa: BLE001 - an unreadable stored protocol: the defaults' wording
+        p = Protocol()
+    tol = p.tolerances.get(p.precision) or p.tolerance
+    fp64 = p.judge == "fp64-bound"
+    ref = ("the PyTorch reference evaluated in float64 (its inputs and weights upcast; ref64 below)" if fp64
+           else f"the PyTorch reference run at the run's precision ({p.precision})")
+    if p.nan_policy == "match":
+        nonfinite = "NaN and ±Inf are left out of both figures: they must sit exactly where the reference has them."
+    else:
+        nonfinite = "Any NaN in the candidate's output fails the turn; ±Inf is left out of both figures."
+    notes = {
+        "max abs error": f"Largest |candidate − reference| over every element of every output and every "
+        f"correctness trial that ran (up to {p.correct_trials} input sets; they stop at the first failing one), "
+        f"against {ref}. Absolute, in the output's own units (no scaling). {nonfinite}",
+        "max rel error": "Largest elementwise |candidate − reference| / max(|reference|, 1e-6 × max|reference|) "
+        "over the same elements and the same reference: a unitless ratio (1e-3 = 0.1%). The floor keeps "
+        "elements near zero from dominating. Shown for information: no verdict uses it.",
+    }
+    if fp64:
+        notes["correctness bound"] = (
+            f"The verdict (judge fp64-bound): correct when every element satisfies |candidate − ref64| ≤ "
+            f"k × e_ref + floor_rel × max|ref64|, with k = {p.fp64_multiple:g}, floor_rel = {p.fp64_floor_rel:g} "
+            f"and e_ref = max|ref − ref64|, the PyTorch reference's own error at {p.precision} on the same inputs. "
+            "The bound is computed per output and per trial; the problem page shows the largest bound and the "
+            "largest e_ref over the trials, in output units. Integer and boolean outputs must match exactly. "
+            "Problems flagged no-fp64-reference or nondeterministic-reference have no float64 twin and are "
+            f"judged by allclose against the {p.precision} reference instead (no bound shown)."
+        )
+        notes["KernelBench allclose"] = (
+            f"KernelBench's own check, recorded beside the verdict for comparison and not deciding it: "
+            f"torch.allclose(candidate, reference at {p.precision}, atol={tol.atol:g}, rtol={tol.rtol:g}), i.e. "
+            f"|candidate − ref| ≤ atol + rtol × |ref| elementwise, on every trial. A candidate can pass it and "
+            "fail the bound (e.g. lower-precision arithmetic), or the reverse."
+        )
+    else:
+        nan = " Any NaN in the output fails." if p.nan_policy == "fail" else ""
+        notes["KernelBench allclose"] = (
+            f"The verdict (judge allclose, as KernelBench): correct when torch.allclose(candidate, reference at "
+            f"{p.precision}, atol={tol.atol:g}, rtol={tol.rtol:g}) holds on every trial, i.e. "
+            f"|candidate − ref| ≤ atol + rtol × |ref| elementwise.{nan} Integer and boolean outputs must "
+            "match exactly."
+        )
+    return notes
 
 
 def problem_page_name(level: int, problem_id: int) -> str:
@@ -269,6 +346,7 @@ def build_run_data(
                 "stored_protocol_fingerprint": info.protocol_fingerprint,
                 "hardware_fingerprint": info.hardware_fingerprint,
                 "hardware_label": hardware_label(info.hardware),
+                "timed_on_cpu": timed_on_cpu(info.hardware or {}),
                 "kbench_version": info.kbench_version,
                 "problem_count": info.problem_count,
                 "problem_set": _problem_set_id(problems),
@@ -283,6 +361,7 @@ def build_run_data(
                 "problem_sources": sorted({_source_root(p.source) for p in problems}),
             },
             "legend": LEGEND,
+            "error_notes": error_notes(info.protocol),
             "fast_p_thresholds": list(FAST_P_THRESHOLDS),
             "models": models,
             "levels": sorted({p.level for p in problems}),
@@ -522,6 +601,7 @@ def _turn(a: Any, best_ids: set[int]) -> dict[str, Any]:
     res = a.result
     se, sc = res.speedup_eager, res.speedup_compile
     cand = res.candidate
+    trials = [t for t in (res.extra or {}).get("trials") or [] if isinstance(t, Mapping)]
     return {
         "turn": a.turn,
         "result_id": a.result_id,
@@ -534,6 +614,8 @@ def _turn(a: Any, best_ids: set[int]) -> dict[str, Any]:
         "max_abs_err": res.max_abs_err,
         "max_rel_err": res.max_rel_err,
         "allclose_kernelbench": res.allclose_kernelbench,
+        "bound": _largest(t.get("bound") for t in trials),
+        "ref_err": _largest(t.get("ref_err") for t in trials),
         "candidate_ms": res.candidate_ms,
         "eager_ms": res.eager_ms,
         "compile_ms": res.compile_ms,
@@ -565,6 +647,12 @@ def _turn(a: Any, best_ids: set[int]) -> dict[str, Any]:
         "reply": a.reply or "",
         "generation": {k: v for k, v in a.generation.items() if k not in ("text", "code")},
     }
+
+
+def _largest(values: Any) -> float | None:
+    """The largest finite number among ``values`` (None when there is none)."""
+    nums = [v for v in (_num(x) for x in values) if v is not None]
+    return max(nums) if nums else None
 
 
 def _slug(s: str) -> str:
@@ -635,6 +723,7 @@ def build_leaderboard_data(
                 "runs": [],
             },
         )
+        g["timed_on_cpu"] = bool(g.get("timed_on_cpu") or run.get("timed_on_cpu"))
         if run["protocol_fingerprint"] not in g["protocol_fingerprints"]:
             g["protocol_fingerprints"].append(run["protocol_fingerprint"])
         g["runs"].append(name)
@@ -651,6 +740,7 @@ def build_leaderboard_data(
                 "precision": run["precision"],
                 "hardware": run["hardware_label"],
                 "hardware_fingerprint": run["hardware_fingerprint"],
+                "timed_on_cpu": bool(run.get("timed_on_cpu")),
                 "group_id": g["id"],
                 "status": run["status"],
                 "finished_at": run["finished_at"],

@@ -313,6 +313,7 @@ def write_run_report(
         problems=data["problems"],
         settings=data["settings"],
         legend=data["legend"],
+        error_notes=data["error_notes"],
         statistic=statistic,
         generated_at=data["generated_at"],
         back_link=back_link,
@@ -323,12 +324,20 @@ def write_run_report(
     tmpl = env.get_template("problem.html.j2")
     hl_css = Markup(highlight_css())
     flags_by_key = {r["key"]: r["flags"] for r in data["problems"]}
+    judge_fp64 = (data["settings"]["protocol"] or {}).get("judge", "fp64-bound") == "fp64-bound"
     for key, p in pages.items():
         level, pid = p["level"], p["problem_id"]
         _write(
             out / "problems" / f"L{level}_{pid}.html",
             tmpl.render(
-                p=p, flags=flags_by_key.get(key, []), hl_css=hl_css, generated_at=data["generated_at"]
+                p=p,
+                flags=flags_by_key.get(key, []),
+                hl_css=hl_css,
+                generated_at=data["generated_at"],
+                notes=data["error_notes"],
+                judge_fp64=judge_fp64,
+                precision=data["run"]["precision"],
+                timed_on_cpu=data["run"]["timed_on_cpu"],
             ),
         )
     log.info("report for %s written to %s (%d problem pages)", run_name, out, len(pages))

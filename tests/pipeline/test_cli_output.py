@@ -65,7 +65,7 @@ def test_a_missing_problem_source_names_the_accepted_sources(tmp_path):
 def test_the_command_line_shows_the_error_and_its_fix_alone(tmp_path):
     p = subprocess.run([sys.executable, "-m", "kernelbench_harness", "run", "--model", "no-such-model",
                         "--db", f"sqlite:///{tmp_path / 'k.db'}", "--no-report"],
-                       cwd=tmp_path, text=True, capture_output=True, timeout=120)
+                       cwd=tmp_path, text=True, capture_output=True, timeout=120, check=False)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.splitlines()[0] == "error: unknown model 'no-such-model'"
     assert p.stderr.splitlines()[1].startswith("  fix: use one of:")
@@ -158,6 +158,24 @@ def test_models_list_in_a_pipe_keeps_long_aliases_whole(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     (row,) = _lines_with(res.output, LONG_MODEL.replace("/", "-"))
     assert LONG_MODEL in row and "about" in res.output  # the description column shows in a pipe
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_the_run_summary_says_when_a_run_was_timed_on_a_cpu(tmp_path, capsys, device_type):
+    from rich.console import Console
+
+    from kernelbench_harness.cli.run_cmd import _print_summary
+    from kernelbench_harness.runner import RunSummary
+
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    with Store(db) as st:
+        st.create_run("r", model="m", protocol=get_protocol("kbench").to_dict(), config={},
+                      hardware={"device_type": device_type, "hardware_fingerprint": "hw", "software_fingerprint": "sw"},
+                      problems=[_problem("ReLU")])
+    _print_summary(Console(), RunSummary(run_name="r", db_url=db, outcomes={}, evaluated=0, skipped_done=0,
+                                         wall_s=0.0, phase_s={}), db)
+    said = "timed on a CPU" in capsys.readouterr().out
+    assert said == (device_type == "cpu")
 
 
 def test_the_run_summary_in_a_pipe_keeps_the_run_name_whole(wide_db, monkeypatch, capsys):

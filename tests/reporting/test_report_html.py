@@ -237,3 +237,13 @@ def test_cli_commands(synth_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert json.loads((tmp_path / "rb" / "data" / "run.json").read_text())["degenerate"] == ["L1/1"]
     res = r.invoke(cli, ["show", "synth-a", "level-one", "--db", synth_db])
     assert res.exit_code != 0
+
+
+def test_a_gpu_only_site_shows_no_cpu_banner_and_explains_errors(site: Path) -> None:
+    html = (site / "index.html").read_text(encoding="utf-8")
+    assert 'class="banner banner-cpu"' not in html
+    assert "CPU-timed" not in re.sub(r"<style>.*?</style>", "", html, flags=re.DOTALL)
+    page = (site / "runs" / "synth-a" / "problems" / "L1_2.html").read_text(encoding="utf-8")
+    assert 'id="error-notes"' in page and "fp64-bound" in page  # the incorrect turn's errors are explained
+    other = (site / "runs" / "synth-b" / "problems" / "L1_2.html").read_text(encoding="utf-8")
+    assert "judge allclose" in other and "atol=0.01, rtol=0.01" in other  # cuda-agent's own tolerances
