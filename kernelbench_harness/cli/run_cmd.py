@@ -146,8 +146,8 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
     def pct(e: Any) -> str:
         return "-" if e.value is None else f"{100 * e.value:.0f}%"
 
-    def x(e: Any) -> str:
-        return "-" if e.value is None else f"{e.value:.2f}x"
+    def x(e: Any) -> str:  # two significant digits below 0.1x: a CPU run's 0.0017x is not "0.00x"
+        return "-" if e.value is None else f"{e.value:.2f}x" if e.value >= 0.1 else f"{e.value:.2g}x"
 
     t = Table(title=f"run {s.run_name}")
     for c in ("model", "group", "problems", "correct", "> eager", "> compile", "geomean vs eager*",

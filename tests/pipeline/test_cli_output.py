@@ -167,15 +167,26 @@ def test_the_run_summary_says_when_a_run_was_timed_on_a_cpu(tmp_path, capsys, de
     from kernelbench_harness.cli.run_cmd import _print_summary
     from kernelbench_harness.runner import RunSummary
 
+    from kernelbench_harness.core import TimingStats
+
     db = f"sqlite:///{tmp_path / 'k.db'}"
+    p = _problem("ReLU")
+    code = "class ModelNew: pass\n"
+    slow = TimingStats(median_ms=25.0, mean_ms=25.0, std_ms=0.0, min_ms=25.0, max_ms=25.0, ci95_low_ms=25.0,
+                       ci95_high_ms=25.0, n=5, samples_ms=(25.0,) * 5, timer="wall", statistic="median")
     with Store(db) as st:
         st.create_run("r", model="m", protocol=get_protocol("kbench").to_dict(), config={},
                       hardware={"device_type": device_type, "hardware_fingerprint": "hw", "software_fingerprint": "sw"},
-                      problems=[_problem("ReLU")])
-    _print_summary(Console(), RunSummary(run_name="r", db_url=db, outcomes={}, evaluated=0, skipped_done=0,
-                                         wall_s=0.0, phase_s={}), db)
-    said = "timed on a CPU" in capsys.readouterr().out
-    assert said == (device_type == "cpu")
+                      problems=[p])
+        st.record_attempt("r", problem=p, model="m", sample_id=0, turn=0, messages=None, reply=None, generation=None,
+                          candidate=Candidate(1, 1, code, Backend.detect(code), 0, 0, "m"),
+                          result=EvalResult(Outcome.CORRECT, compiled=True, correct=True, candidate=slow,
+                                            eager_ms=0.05, compile_ms=0.1))
+    _print_summary(Console(), RunSummary(run_name="r", db_url=db, outcomes={"correct": 1}, evaluated=1,
+                                         skipped_done=0, wall_s=0.0, phase_s={}), db)
+    out = capsys.readouterr().out
+    assert ("timed on a CPU" in out) == (device_type == "cpu")
+    assert "0.002x" in out and "0.00x" not in out  # 0.05 ms / 25 ms, not rounded away
 
 
 def test_the_run_summary_in_a_pipe_keeps_the_run_name_whole(wide_db, monkeypatch, capsys):
