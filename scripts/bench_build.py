@@ -9,7 +9,10 @@ phase report of the CUDA file. Needs a CUDA build of torch and nvcc; no GPU (set
     TORCH_CUDA_ARCH_LIST=9.0 python scripts/bench_build.py --generations ../shared/kernelsseum-v0/generations.jsonl -n 3
 
 Prints one JSON line per candidate: build seconds full and slim (and with ``--phases`` the binding's
-compile time and the nvcc phase split).
+compile time and the nvcc phase split). ``--pch`` times the slim binding file ``main.cpp`` again
+with and without kbench's precompiled ``torch/extension.h`` (built once per flag set, its cost
+printed), as CPU seconds of the compiler, and checks that the two object files are identical.
+``--variants slim`` skips the as-written build.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import csv
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -49,18 +53,65 @@ def _time(cmd: str, cwd: Path, extra: str = "") -> float:
     return time.perf_counter() - t0
 
 
+def _cpu(cmd: str, cwd: Path, extra: str = "") -> float:
+    """CPU seconds (user + system) of a shell command's children; NaN when it fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.run(f"{cmd} {extra}", shell=True, cwd=cwd, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        return float("nan")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _pch_figures(kw: dict, build_dir: Path, pch_cache: Path) -> dict:
+    """main.cpp of a slim build folder compiled with and without the precompiled header."""
+    from kernelbench_harness.execution.build import SLIM_MACRO, _pch_request, build_pch
+
+    sb = dict(kw, extra_cflags=list(kw.get("extra_cflags") or []) + [SLIM_MACRO])
+    req = _pch_request(sb)
+    cmds = _ninja_commands(build_dir)
+    if req is None or "main.cpp" not in cmds:
+        return {"pch": "unavailable"}
+    row: dict = {}
+    request = {"key": req[0], "with_cuda": bool(kw.get("cuda_sources")),
+               "extra_cflags": list(kw.get("extra_cflags") or []), "extra_include_paths": []}
+    if not (pch_cache / "pch" / req[0]).is_dir():
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        ok = build_pch(pch_cache, request) is not None
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        row["pch_build_cpu_s"] = round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 1)
+        if not ok:
+            return {**row, "pch": "refused or failed"}
+    cmd = cmds["main.cpp"].replace(" -o main.o", " -o OUT_FILE")
+    row["main_cpu_s"] = round(_cpu(cmd.replace("OUT_FILE", "nopch.o"), build_dir), 1)
+    row["main_pch_cpu_s"] = round(_cpu(cmd.replace("OUT_FILE", "pch.o"), build_dir,
+                                       f"-I{pch_cache / 'pch' / req[0]} -Winvalid-pch"), 1)
+    a, b = build_dir / "nopch.o", build_dir / "pch.o"
+    row["objects_identical"] = a.is_file() and b.is_file() and a.read_bytes() == b.read_bytes()
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--generations", required=True)
     ap.add_argument("-n", type=int, default=3, help="candidates to measure")
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--variants", default="full,slim", help="builds to time: full (as written), slim")
+    ap.add_argument("--pch", action="store_true",
+                    help="time the slim main.cpp with and without the precompiled torch/extension.h")
     ap.add_argument("--phases", action="store_true",
                     help="also time main.cpp alone and the nvcc phases of the full CUDA file (compiles again)")
     a = ap.parse_args()
     import torch.utils.cpp_extension as ce
 
+    if ce.CUDA_HOME is None and os.environ.get("CUDA_HOME"):
+        # a CPU build of torch with a CUDA toolkit beside it: everything compiles, the link of the
+        # CUDA libraries fails (compile figures only; build_s then ends at the failed link)
+        ce.CUDA_HOME = os.environ["CUDA_HOME"]
     rows = [json.loads(line) for line in Path(a.generations).read_text().splitlines() if line.strip()]
     results = []
+    variants = {v.strip() for v in a.variants.split(",")}
+    pch_cache = Path(tempfile.mkdtemp(prefix="kbbench_pch_"))
     for r in rows[: a.n]:
         captured: list[dict] = []
         orig = ce.load_inline
@@ -81,6 +132,8 @@ def main() -> int:
         kw = captured[0]
         row = {"level": r["level"], "problem_id": r["problem_id"], "model": r["model"]}
         for variant, flag in (("full", []), ("slim", ["-DTORCH_INDUCTOR_CPP_WRAPPER"])):
+            if variant not in variants:
+                continue
             d = Path(tempfile.mkdtemp(prefix=f"kbbuild_{variant}_"))
             k = dict(kw, name=f"bench_{variant}", build_directory=str(d), verbose=False)
             k["extra_cflags"] = list(k.get("extra_cflags") or []) + flag
@@ -107,9 +160,12 @@ def main() -> int:
                                 continue
                 if "main.cpp" in cmds:
                     row["main.cpp_s"] = round(_time(cmds["main.cpp"], d), 1)
+            if a.pch and variant == "slim":
+                row.update(_pch_figures(kw, d, pch_cache))
             shutil.rmtree(d, ignore_errors=True)
         results.append(row)
         print(json.dumps(row), flush=True)
+    shutil.rmtree(pch_cache, ignore_errors=True)
     if a.csv and results:
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=sorted({k for r in results for k in r}))

@@ -12,6 +12,12 @@ Before a candidate's module is imported, :func:`install_build_hooks` replaces
   side from earlier build processes), so an identical kernel is never compiled twice;
 - compile first without ``<torch/all.h>`` (the C++ frontend), which is most of the compile time of a
   typical kernel; a source that needs it is compiled again exactly as written;
+- in that first compile, give the binding file (``main.cpp``, which starts with
+  ``#include <torch/extension.h>``) a precompiled ``torch/extension.h`` from the cache when one was
+  built for exactly its compiler flags (:func:`build_pch`, run by the trusted build pool). GCC uses a
+  precompiled header only when the flags and macros it was made with match, and otherwise reads the
+  header's text, so the object file is the same either way (byte for byte, checked in
+  ``tests/pipeline/test_build_pch.py``); only the parse is skipped;
 - wrap the returned module so calls into it are counted (a kernel built but never called on the
   tested path is reported by the worker).
 
@@ -26,13 +32,17 @@ import importlib.util
 import inspect
 import json
 import os
+import re
+import shlex
 import shutil
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["CandidateBuildError", "BuildRecord", "install_build_hooks", "extension_key", "CountingModule",
-           "with_no_gpu_hint"]
+           "with_no_gpu_hint", "binding_command", "build_pch", "pch_enabled", "PCH_SAFE_CFLAG"]
 
 
 class CandidateBuildError(RuntimeError):
@@ -49,11 +59,13 @@ class BuildRecord:
         self.calls: dict[str, int] = {}
         self.kernel_names: set[str] = set()
         self.slim: list[str] = []
+        self.pch: list[str] = []
+        self.pch_missing: list[dict[str, Any]] = []
 
     def to_dict(self) -> dict[str, Any]:
         return {"built": self.built, "cache_hits": self.cache_hits, "compile_s": round(self.compile_s, 3),
                 "calls": dict(self.calls), "kernel_names": sorted(self.kernel_names),
-                "slim_headers": list(self.slim)}
+                "slim_headers": list(self.slim), "pch": list(self.pch), "pch_missing": list(self.pch_missing)}
 
 
 class CountingModule:
@@ -143,6 +155,144 @@ def extension_key(kind: str, bound: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:24]
 
 
+SLIM_MACRO = "-DTORCH_INDUCTOR_CPP_WRAPPER"
+
+#: Candidate ``extra_cflags`` the trusted side accepts when it builds a precompiled header: optimisation
+#: levels, language standards, warnings, NDEBUG and fast-math. Anything else (plugins, response files,
+#: include paths, outputs) never reaches a compiler run outside the sandbox.
+PCH_SAFE_CFLAG = re.compile(r"^(|-O[0-3sg]?|-Ofast|-DNDEBUG|-ffast-math|-funroll-loops|-std=(c|gnu)\+\+(14|17|20|23)"
+                            r"|-w|-Wall|-Wextra|-g0|-march=native|-fopenmp)$")
+
+
+def pch_enabled() -> bool:
+    """False when ``$KBENCH_PCH`` is ``0`` (no precompiled headers offered or built)."""
+    return os.environ.get("KBENCH_PCH", "1") != "0"
+
+
+def binding_command(bound: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+    """The host compiler and flags torch's JIT gives the binding file ``main.cpp`` of a ``load_inline``
+    call, without ``-DTORCH_EXTENSION_NAME`` (the only flag that names the extension).
+
+    Read from the ``build.ninja`` that torch itself writes for these arguments (into a scratch folder;
+    nothing is compiled), so the flags are exactly the ones the real build will use.
+
+    Args:
+        bound: the call's arguments by name (``cpp_sources``, ``cuda_sources``, ``extra_cflags``,
+            ``extra_include_paths``, ``with_cuda``...), as given to ``load_inline``.
+
+    Returns:
+        ``(compiler argv, flags)``, or None when this torch lays its build file out differently (then
+        no precompiled header is used: builds are only slower, never different).
+    """
+    try:
+        import torch.utils.cpp_extension as ce
+
+        writer = getattr(ce, "_write_ninja_file_to_build_library", None)
+        if writer is None:
+            return None
+        with_cuda = bound.get("with_cuda")
+        if with_cuda is None:
+            with_cuda = bool(bound.get("cuda_sources"))
+        with tempfile.TemporaryDirectory(prefix="kb_ninja_") as d:
+            sources = [os.path.join(d, "main.cpp")] + ([os.path.join(d, "cuda.cu")] if with_cuda else [])
+            args = {"path": os.path.join(d, "build.ninja"), "name": "kb_pch", "sources": sources,
+                    "extra_cflags": list(bound.get("extra_cflags") or []),
+                    "extra_cuda_cflags": list(bound.get("extra_cuda_cflags") or []),
+                    "extra_sycl_cflags": [], "extra_ldflags": [],
+                    "extra_include_paths": list(bound.get("extra_include_paths") or []),
+                    "with_cuda": bool(with_cuda), "with_sycl": False, "is_standalone": False}
+            params = inspect.signature(writer).parameters
+            writer(**{k: v for k, v in args.items() if k in params})
+            text = Path(args["path"]).read_text()
+        var = dict(re.findall(r"^(\w+) = (.*)$", text, flags=re.M))
+        if "cflags" not in var or not re.search(r"^\s+command = \$cxx .*\$cflags", text, flags=re.M):
+            return None
+        flags = [f for f in shlex.split(var["cflags"]) + shlex.split(var.get("post_cflags", ""))
+                 if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+        return shlex.split(var.get("cxx", "c++")), flags
+    except Exception:  # noqa: BLE001 - a torch without this layout: no precompiled header, nothing else
+        return None
+
+
+def _pch_key(compiler: list[str], flags: list[str]) -> str:
+    import torch.utils.cpp_extension as ce
+
+    header = Path(ce.include_paths()[0]) / "torch" / "extension.h"
+    blob = json.dumps([compiler, shutil.which(compiler[0]) or "", flags, _file_text(str(header))]).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
+
+
+def _pch_request(bound: dict[str, Any]) -> tuple[str, list[str], list[str]] | None:
+    cmd = binding_command(bound)
+    if cmd is None:
+        return None
+    return _pch_key(*cmd), cmd[0], cmd[1]
+
+
+def build_pch(cache_dir: Path, request: dict[str, Any], *, timeout_s: float = 900.0,
+              started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> Path | None:
+    """Build the precompiled ``torch/extension.h`` a candidate's build asked for, into
+    ``<cache_dir>/pch/<key>/torch/`` (the header's text beside its ``.gch``, as GCC looks for them).
+
+    Runs on the trusted side, outside any sandbox, so nothing of the candidate's reaches the compiler
+    but a whitelisted set of ``extra_cflags`` (:data:`PCH_SAFE_CFLAG`); the flags themselves are
+    computed here by :func:`binding_command`, and the result is used only if their key equals the one
+    the candidate's build reported. About 35 s of one core and 0.6 GB of disk per flag set (torch 2.13,
+    GCC 12).
+
+    Args:
+        cache_dir: the build cache folder.
+        request: an entry of ``BuildRecord.pch_missing``: ``key``, ``with_cuda`` (bool), ``extra_cflags``
+            (list of str, the candidate's own, without the slim macro), ``extra_include_paths`` (must be empty).
+        timeout_s: compiler wall-clock limit, seconds.
+        started: called with the compiler process once it runs (so a pool can kill it on close).
+
+    Returns:
+        The folder to put first on the include path, or None when the request is refused, the key differs,
+        or the compiler fails (builds then go on without it).
+    """
+    flags = request.get("extra_cflags") or []
+    if request.get("extra_include_paths") or not isinstance(flags, list) \
+            or not all(isinstance(f, str) and PCH_SAFE_CFLAG.match(f.strip()) for f in flags):
+        return None
+    bound = {"cuda_sources": ["//"] if request.get("with_cuda") else [], "with_cuda": None,
+             "extra_cflags": list(flags) + [SLIM_MACRO], "extra_include_paths": []}
+    req = _pch_request(bound)
+    if req is None or req[0] != request.get("key"):
+        return None
+    key, compiler, cflags = req
+    final = Path(cache_dir) / "pch" / key
+    if (final / "torch" / "extension.h.gch").is_file():
+        return final
+    import torch.utils.cpp_extension as ce
+
+    tmp = Path(cache_dir) / "pch" / f".{key}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    (tmp / "torch").mkdir(parents=True)
+    try:
+        shutil.copyfile(Path(ce.include_paths()[0]) / "torch" / "extension.h", tmp / "torch" / "extension.h")
+        proc = subprocess.Popen([*compiler, "-x", "c++-header", str(tmp / "torch" / "extension.h"),
+                                 "-o", str(tmp / "torch" / "extension.h.gch"), *cflags],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        if started is not None:
+            started(proc)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
+        if rc != 0 or not (tmp / "torch" / "extension.h.gch").is_file():
+            return None
+        (tmp / "command.json").write_text(json.dumps({"compiler": compiler, "flags": cflags}))
+        try:
+            os.replace(tmp, final)
+        except OSError:  # another build stored it first
+            pass
+        return final if (final / "torch" / "extension.h.gch").is_file() else None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _kernel_names(bound: dict[str, Any]) -> set[str]:
     import re
 
@@ -218,9 +368,23 @@ def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRe
                 # changes nothing else in torch's headers. Code that compiles this way calls the same
                 # declarations; code that needs the frontend fails here and is built as written.
                 sb = dict(bound)
-                sb["extra_cflags"] = list(sb.get("extra_cflags") or []) + ["-DTORCH_INDUCTOR_CPP_WRAPPER"]
+                sb["extra_cflags"] = list(sb.get("extra_cflags") or []) + [SLIM_MACRO]
                 if sb.get("cuda_sources"):
-                    sb["extra_cuda_cflags"] = list(sb.get("extra_cuda_cflags") or []) + ["-DTORCH_INDUCTOR_CPP_WRAPPER"]
+                    sb["extra_cuda_cflags"] = list(sb.get("extra_cuda_cflags") or []) + [SLIM_MACRO]
+                if cache_dir is not None and pch_enabled() and not sb.get("no_implicit_headers"):
+                    req = _pch_request(sb)
+                    if req is not None:
+                        pch = cache_dir / "pch" / req[0]
+                        if (pch / "torch" / "extension.h.gch").is_file():
+                            # an -I folder is searched before torch's -isystem ones; only main.cpp sees it
+                            sb["extra_cflags"] = sb["extra_cflags"] + [f"-I{shlex.quote(str(pch))}"]
+                            record.pch.append(req[0])
+                        else:
+                            wc = sb.get("with_cuda")
+                            record.pch_missing.append({
+                                "key": req[0], "with_cuda": bool(sb.get("cuda_sources")) if wc is None else bool(wc),
+                                "extra_cflags": [str(f) for f in bound.get("extra_cflags") or []],
+                                "extra_include_paths": [str(f) for f in bound.get("extra_include_paths") or []]})
                 try:
                     mod = orig(**sb)
                 except Exception:

@@ -19,13 +19,16 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core import Candidate
+from .build import build_pch, pch_enabled
 from .channel import ChannelError, ChannelTimeout
 from .process import Launcher
 from .sandbox import clean_environment
@@ -90,7 +93,13 @@ class BuildPool:
         self.launcher = Launcher(self.env, start_method)
         self._sem: asyncio.Semaphore | None = None
         self._inflight: dict[str, asyncio.Future[BuildOutcome]] = {}
-        self.stats = {"built": 0, "cached": 0, "compile_error": 0, "deferred": 0, "timeout": 0, "compile_s": 0.0}
+        self.stats = {"built": 0, "cached": 0, "compile_error": 0, "deferred": 0, "timeout": 0, "compile_s": 0.0,
+                      "pch_built": 0, "pch_used": 0, "slim": 0}
+        self._pch_lock = threading.Lock()
+        self._pch_keys: set[str] = set()
+        self._pch_procs: list[subprocess.Popen[bytes]] = []
+        self._pch_threads: list[threading.Thread] = []
+        self._closed = False
 
     async def build(self, candidate: Candidate) -> BuildOutcome:
         """Build ``candidate``'s extensions (identical sources in flight share one build)."""
@@ -149,6 +158,10 @@ class BuildPool:
             names = tuple([b.get("name", "") for b in info.get("built", [])] + list(info.get("cache_hits", [])))
             compile_s = float(info.get("compile_s", 0.0))
             self.stats["compile_s"] += compile_s
+            self.stats["pch_used"] += len(info.get("pch") or [])
+            self.stats["slim"] += len(info.get("slim_headers") or [])
+            for request in info.get("pch_missing") or []:
+                self._want_pch(request)
             # move fresh binaries into the shared cache (only from this process's private folder)
             for b in info.get("built", []):
                 so = Path(str(b.get("so", "")))
@@ -182,6 +195,50 @@ class BuildPool:
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
 
+    def _want_pch(self, request: Any) -> None:
+        """Start building the precompiled header a build asked for, once per key (see build_pch)."""
+        if not pch_enabled() or not isinstance(request, dict):
+            return
+        key = str(request.get("key", ""))
+        with self._pch_lock:
+            if self._closed or not key or key in self._pch_keys:
+                return
+            self._pch_keys.add(key)
+
+        def started(proc: subprocess.Popen[bytes]) -> None:
+            with self._pch_lock:
+                self._pch_procs.append(proc)
+                if self._closed:
+                    proc.kill()
+
+        def work() -> None:
+            t0 = time.perf_counter()
+            try:
+                out = build_pch(self.cache_dir, request, timeout_s=self.timeout_s, started=started)
+            except Exception:  # noqa: BLE001 - builds go on without it
+                log.exception("precompiled header %s failed", key)
+                return
+            if out is not None:
+                with self._pch_lock:
+                    self.stats["pch_built"] += 1
+                log.info("precompiled torch/extension.h %s built in %.1f s", key, time.perf_counter() - t0)
+
+        t = threading.Thread(target=work, name=f"kbench-pch-{key[:8]}", daemon=True)
+        self._pch_threads.append(t)
+        t.start()
+
+    def wait_pch(self, timeout_s: float | None = None) -> None:
+        """Wait for the precompiled headers being built (tests and benchmarks; a run never waits)."""
+        for t in list(self._pch_threads):
+            t.join(timeout_s)
+
     def close(self) -> None:
+        with self._pch_lock:
+            self._closed = True
+            for proc in self._pch_procs:
+                if proc.poll() is None:
+                    proc.kill()
+        for t in list(self._pch_threads):
+            t.join(10)
         self.launcher.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
