@@ -267,14 +267,25 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     make_undumpable()  # this process holds API keys: keep candidates out of /proc/<pid>/environ
     prog: Progress = progress or _NullProgress()
     t_run = time.perf_counter()
-    store = Store(cfg.db)
-    stored = store.get_run(cfg.run_name) if cfg.run_name else None
-    if stored is not None and not resume:
-        raise StoreError(f"a run named {cfg.run_name!r} already exists in {store.safe_url}",
-                         fix="pass --resume to continue it, or choose another --run-name")
-    if stored is None and resume:
-        raise StoreError(f"no run named {cfg.run_name!r} to resume in {store.safe_url}",
-                         fix="check `kbench runs list`, or drop --resume to start a new run")
+
+    def open_store(c: RunConfig) -> tuple[Any, Any]:
+        st = Store(c.db)
+        try:
+            found = st.get_run(c.run_name) if c.run_name else None
+            if found is not None and not resume:
+                raise StoreError(f"a run named {c.run_name!r} already exists in {st.safe_url}",
+                                 fix="pass --resume to continue it, or choose another --run-name")
+            if found is None and resume:
+                raise StoreError(f"no run named {c.run_name!r} to resume in {st.safe_url}",
+                                 fix="check `kbench runs list`, or drop --resume to start a new run")
+        except BaseException:
+            st.close()
+            raise
+        return st, found
+
+    # A new run checks its problems and model before the store is opened, so bad input creates no
+    # database file; a resumed run needs the store first (its settings are stored there).
+    store, stored = open_store(cfg) if resume else (None, None)
     if stored is not None:
         saved = RunConfig.from_dict(stored.config.get("run_config", {}))
         # the stored settings win; device, db and process settings may change between sessions
@@ -289,27 +300,34 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     seed = cfg.seed if cfg.seed is not None else (int(stored.config.get("run_seed")) if stored else secrets.randbits(31))
     cfg = dataclasses.replace(cfg, run_name=run_name, seed=seed)
 
-    ps = problem_set or load_problems(cfg.problems, levels=cfg.levels, ids=cfg.ids)
-    if not ps.problems:
-        have = ""
-        if problem_set is None and (cfg.levels or cfg.ids):
-            try:  # say what the source does hold (an error path: one more load is fine)
-                every = load_problems(cfg.problems)
-                lv = sorted({p.level for p in every.problems})
-                have = f"; it holds {len(every.problems)} problem(s) in level(s) {', '.join(map(str, lv)) or 'none'}"
-            except Exception:  # noqa: BLE001 - the message goes out without it
-                have = ""
-        raise ConfigError(f"no problems selected from {ps.source}{have}",
-                          fix="check --problems, --level and --ids (`kbench problems list` shows what loads)")
-    if stored is not None:
-        scope = {p.code_sha256 for p in store.run_problems(run_name)}
-        problems = [p for p in ps.problems if p.code_sha256 in scope]
-        if len(problems) < len(scope):
-            prog.note(f"{len(scope) - len(problems)} problem(s) of the stored run are no longer in the source")
-    else:
-        problems = list(ps.problems)
-    ad = adapter or get_adapter(cfg.model, options=cfg.model_options)
-    ad.check_ready()
+    try:
+        ps = problem_set or load_problems(cfg.problems, levels=cfg.levels, ids=cfg.ids)
+        if not ps.problems:
+            have = ""
+            if problem_set is None and (cfg.levels or cfg.ids):
+                try:  # say what the source does hold (an error path: one more load is fine)
+                    every = load_problems(cfg.problems)
+                    lv = sorted({p.level for p in every.problems})
+                    have = f"; it holds {len(every.problems)} problem(s) in level(s) {', '.join(map(str, lv)) or 'none'}"
+                except Exception:  # noqa: BLE001 - the message goes out without it
+                    have = ""
+            raise ConfigError(f"no problems selected from {ps.source}{have}",
+                              fix="check --problems, --level and --ids (`kbench problems list` shows what loads)")
+        if stored is not None:
+            scope = {p.code_sha256 for p in store.run_problems(run_name)}
+            problems = [p for p in ps.problems if p.code_sha256 in scope]
+            if len(problems) < len(scope):
+                prog.note(f"{len(scope) - len(problems)} problem(s) of the stored run are no longer in the source")
+        else:
+            problems = list(ps.problems)
+        ad = adapter or get_adapter(cfg.model, options=cfg.model_options)
+        ad.check_ready()
+        if store is None:
+            store, stored = open_store(cfg)
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
 
     # one folder of prebuilt extensions, written by the build pool and read by every device slot
     build_cache = extension_cache_dir(cfg)

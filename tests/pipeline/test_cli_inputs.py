@@ -29,6 +29,22 @@ def test_a_level_the_source_lacks_names_the_levels_it_has(tmp_path):
     res, _ = _run(tmp_path, "--level", "9")
     assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
     assert "no problems selected" in str(res.exception) and "level(s) 1, 2, 3" in str(res.exception)
+    assert not (tmp_path / "k.db").exists()  # bad input creates no database file
+
+
+def test_an_unusable_model_creates_no_database_and_a_taken_name_is_still_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    res, db = _run(tmp_path, "--model", "anthropic/claude-x", "--level", "1", "--ids", "1")
+    assert res.exit_code != 0 and "ANTHROPIC_API_KEY" in str(res.exception) + res.output
+    assert not (tmp_path / "k.db").exists()
+    from kernelbench_harness.store import Store
+
+    with Store(db) as st:
+        st.create_run("taken", model="bundled", protocol={"name": "kbench"}, config={}, hardware={}, problems=[])
+    again, _ = _run(tmp_path, "--level", "1", "--ids", "1", "--run-name", "taken", "--gpus", "cpu")
+    assert again.exit_code != 0 and "already exists" in str(again.exception)
+    with Store(db) as st:
+        assert [r.run_name for r in st.list_runs()] == ["taken"]
 
 
 def test_a_replay_with_no_usable_line_is_an_error_and_stores_no_run(tmp_path):
