@@ -73,6 +73,9 @@ class BuildPool:
         arch_list: ``TORCH_CUDA_ARCH_LIST`` of the target GPUs (e.g. ``"9.0"``); required to build
             CUDA code with no GPU visible.
         timeout_s: wall-clock limit of one build.
+
+    Attributes:
+        max_pch: most precompiled headers (flag sets) this pool builds (4).
     """
 
     def __init__(self, cache_dir: str | os.PathLike[str], *, workers: int = 4, arch_list: str | None = None,
@@ -97,6 +100,7 @@ class BuildPool:
                       "pch_built": 0, "pch_used": 0, "slim": 0}
         self._pch_lock = threading.Lock()
         self._pch_keys: set[str] = set()
+        self.max_pch = 4
         self._pch_procs: list[subprocess.Popen[bytes]] = []
         self._pch_threads: list[threading.Thread] = []
         self._closed = False
@@ -201,7 +205,9 @@ class BuildPool:
             return
         key = str(request.get("key", ""))
         with self._pch_lock:
-            if self._closed or not key or key in self._pch_keys:
+            # each one costs ~35 s of a core and ~0.6 GB: a few flag sets cover real candidates
+            # (kernelsseum-v0: no flags or -O3), and a candidate cannot make the pool build more
+            if self._closed or not key or key in self._pch_keys or len(self._pch_keys) >= self.max_pch:
                 return
             self._pch_keys.add(key)
 

@@ -85,3 +85,14 @@ def test_header_built_once_then_used_and_the_binary_is_unchanged(tmp_path: Path)
     without, with_pch = _so_files(first_cache), _so_files(second_cache)
     assert without.keys() == with_pch.keys() and len(without) == 1
     assert without == with_pch  # byte for byte: the header's parse was skipped, nothing else changed
+
+
+def test_a_candidate_cannot_make_the_pool_build_many_headers(tmp_path: Path) -> None:
+    pool = BuildPool(tmp_path / "c", workers=1, scratch_dir=tmp_path / "s")
+    try:
+        for i in range(10):  # refused by build_pch (key mismatch), but each would count
+            pool._want_pch({"key": f"k{i}", "with_cuda": False, "extra_cflags": [], "extra_include_paths": []})
+        pool.wait_pch(60)
+        assert len(pool._pch_keys) == pool.max_pch == 4 and pool.stats["pch_built"] == 0
+    finally:
+        pool.close()
