@@ -236,9 +236,31 @@ def _cheat_override(res: EvalResult, source: str) -> EvalResult:
     return res.with_(findings=tuple(findings))
 
 
+#: RunConfig fields a resumed run takes from the store, whatever the command line says.
+STORED_RUN_FIELDS = ("model", "problems", "levels", "ids", "samples", "turns", "backend", "params",
+                     "model_options", "protocol", "precision", "protocol_overrides", "seed")
+
+
+def resume_differences(given: RunConfig, saved: RunConfig, explicit: frozenset[str] | set[str]) -> list[str]:
+    """Settings given for a resumed run that differ from the stored ones (which win).
+
+    Args:
+        given: the settings of this invocation; saved: the run's stored settings.
+        explicit: the fields the user set (on the command line); defaults are not differences.
+
+    Returns:
+        One ``"field=given (stored: value)"`` per differing field, in :data:`STORED_RUN_FIELDS` order.
+    """
+    out = []
+    for f in STORED_RUN_FIELDS:
+        if f in explicit and getattr(given, f) != getattr(saved, f):
+            out.append(f"{f}={getattr(given, f)!r} (stored: {getattr(saved, f)!r})")
+    return out
+
+
 async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                       problem_set: ProblemSet | None = None, adapter: ModelAdapter | None = None,
-                      resume: bool = False) -> RunSummary:
+                      resume: bool = False, explicit: frozenset[str] = frozenset()) -> RunSummary:
     """Run (or resume) an evaluation.
 
     Args:
@@ -247,6 +269,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         progress: receives per-phase totals and advances.
         problem_set, adapter: pre-built objects (tests); otherwise built from ``cfg``.
         resume: continue an existing run instead of refusing its name.
+        explicit: the ``cfg`` fields the user set; on resume, those that differ from the stored
+            settings are named in a progress note (the stored ones are used).
 
     Returns:
         A :class:`RunSummary`.
@@ -288,6 +312,11 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     store, stored = open_store(cfg) if resume else (None, None)
     if stored is not None:
         saved = RunConfig.from_dict(stored.config.get("run_config", {}))
+        ignored = resume_differences(cfg, saved, explicit)
+        if ignored:
+            msg = f"--resume continues run {cfg.run_name!r} with its stored settings; ignored: {'; '.join(ignored)}"
+            log.warning("%s", msg)
+            prog.note(msg)
         # the stored settings win; device, db and process settings may change between sessions
         cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, timing_cpus=cfg.timing_cpus,
                                   start_method=cfg.start_method,

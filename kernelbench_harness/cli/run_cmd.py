@@ -179,6 +179,21 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
                       "kernels[/]")
 
 
+# command-line parameter -> the RunConfig field it sets (for the resume check)
+_RUN_FIELDS = {"model": "model", "problems": "problems", "level": "levels", "ids": "ids", "samples": "samples",
+               "turns": "turns", "backend": "backend", "model_args": "params", "adapter_options": "model_options",
+               "protocol": "protocol", "precision": "precision", "compile_modes": "protocol_overrides",
+               "seed": "seed"}
+
+
+def given_on_command_line(ctx: click.Context) -> set[str]:
+    """The RunConfig fields whose options were typed on the command line (not defaults)."""
+    from click.core import ParameterSource
+
+    return {field for name, field in _RUN_FIELDS.items()
+            if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+
+
 @click.command("run")
 @click.option("-m", "--model", default="bundled", show_default=True,
               help="Model: bundled (our example solutions), replay:PATH.jsonl, cuda-agent (local vLLM/SGLang), "
@@ -269,8 +284,9 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
     console = Console(stderr=False)
     plain = display == "plain" or (display == "auto" and not sys.stdout.isatty())
     prog: Any = PlainProgress() if plain else RichProgress(console)
+    explicit = frozenset(given_on_command_line(click.get_current_context()))
     with prog:
-        summary = asyncio.run(execute_run(cfg, progress=prog, resume=resume))
+        summary = asyncio.run(execute_run(cfg, progress=prog, resume=resume, explicit=explicit))
     _print_summary(console, summary, db)
     if report:
         try:

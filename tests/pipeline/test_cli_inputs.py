@@ -71,3 +71,25 @@ def test_a_cuda_candidate_on_a_cpu_run_says_it_needs_a_gpu(tmp_path):
     assert str(att.result.outcome) == "compile_error"
     if "CUDA_HOME" in att.result.error:  # torch's words when no toolkit is found
         assert "hint: this candidate compiles CUDA code and this run has no GPU" in att.result.error
+
+
+def test_resume_names_the_settings_it_ignores(tmp_path, monkeypatch):
+    from kernelbench_harness.cli import run_cmd
+    from kernelbench_harness.runner import RunConfig, resume_differences
+
+    saved = RunConfig(model="replay:a.jsonl", levels=(1,), samples=2, seed=7)
+    given = RunConfig(model="bundled", levels=(1, 2), samples=1, seed=7)
+    # only what the user typed counts; a default that differs from the stored value is not a difference
+    assert resume_differences(given, saved, {"levels", "seed"}) == ["levels=(1, 2) (stored: (1,))"]
+    assert resume_differences(given, saved, set()) == []
+
+    seen = {}
+
+    async def fake_execute_run(cfg, progress=None, resume=False, explicit=frozenset()):
+        seen.update(explicit=explicit, resume=resume)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(run_cmd, "execute_run", fake_execute_run)
+    CliRunner().invoke(cli, ["run", "--run-name", "r", "--resume", "--level", "2", "--samples", "3", "-M", "t=1",
+                             "--display", "plain", "--db", f"sqlite:///{tmp_path / 'k.db'}"])
+    assert seen == {"explicit": frozenset({"levels", "samples", "params"}), "resume": True}
