@@ -310,26 +310,26 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     # A new run checks its problems and model before the store is opened, so bad input creates no
     # database file; a resumed run needs the store first (its settings are stored there).
     store, stored = open_store(cfg) if resume else (None, None)
-    if stored is not None:
-        saved = RunConfig.from_dict(stored.config.get("run_config", {}))
-        ignored = resume_differences(cfg, saved, explicit)
-        if ignored:
-            msg = f"--resume continues run {cfg.run_name!r} with its stored settings; ignored: {'; '.join(ignored)}"
-            log.warning("%s", msg)
-            prog.note(msg)
-        # the stored settings win; device, db and process settings may change between sessions
-        cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, timing_cpus=cfg.timing_cpus,
-                                  start_method=cfg.start_method,
-                                  build_workers=cfg.build_workers, executor=cfg.executor,
-                                  ray_address=cfg.ray_address, concurrency=cfg.concurrency,
-                                  warm_workers=cfg.warm_workers, timeout_s=cfg.timeout_s,
-                                  build_cache=cfg.build_cache or saved.build_cache)
-    run_name = cfg.run_name or default_run_name(cfg.model, cfg.protocol)
-    protocol = cfg.resolved_protocol()
-    seed = cfg.seed if cfg.seed is not None else (int(stored.config.get("run_seed")) if stored else secrets.randbits(31))
-    cfg = dataclasses.replace(cfg, run_name=run_name, seed=seed)
-
     try:
+        if stored is not None:
+            saved = RunConfig.from_dict(stored.config.get("run_config", {}))
+            ignored = resume_differences(cfg, saved, explicit)
+            if ignored:
+                msg = f"--resume continues run {cfg.run_name!r} with its stored settings; ignored: {'; '.join(ignored)}"
+                log.warning("%s", msg)
+                prog.note(msg)
+            # the stored settings win; device, db and process settings may change between sessions
+            cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, timing_cpus=cfg.timing_cpus,
+                                      start_method=cfg.start_method,
+                                      build_workers=cfg.build_workers, executor=cfg.executor,
+                                      ray_address=cfg.ray_address, concurrency=cfg.concurrency,
+                                      warm_workers=cfg.warm_workers, timeout_s=cfg.timeout_s,
+                                      build_cache=cfg.build_cache or saved.build_cache)
+        run_name = cfg.run_name or default_run_name(cfg.model, cfg.protocol)
+        protocol = cfg.resolved_protocol()
+        seed = cfg.seed if cfg.seed is not None else (int(stored.config.get("run_seed")) if stored else secrets.randbits(31))
+        cfg = dataclasses.replace(cfg, run_name=run_name, seed=seed)
+
         ps = problem_set or load_problems(cfg.problems, levels=cfg.levels, ids=cfg.ids)
         if not ps.problems:
             have = ""
@@ -351,6 +351,10 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             problems = list(ps.problems)
         ad = adapter or get_adapter(cfg.model, options=cfg.model_options)
         ad.check_ready()
+        if cfg.executor == "local":
+            from .executors.local import resolve_devices
+
+            resolve_devices(cfg.gpus)  # no such GPU: an error before the store exists
         if store is None:
             store, stored = open_store(cfg)
     except BaseException:
@@ -360,7 +364,11 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 
     # one folder of prebuilt extensions, written by the build pool and read by every device slot
     build_cache = extension_cache_dir(cfg)
-    executor = _make_executor(cfg, build_cache)
+    try:
+        executor = _make_executor(cfg, build_cache)
+    except BaseException:
+        store.close()
+        raise
     pool: BuildPool | None = None
     status = "interrupted"
     try:

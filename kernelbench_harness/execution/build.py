@@ -35,6 +35,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -160,8 +161,26 @@ SLIM_MACRO = "-DTORCH_INDUCTOR_CPP_WRAPPER"
 #: Candidate ``extra_cflags`` the trusted side accepts when it builds a precompiled header: optimisation
 #: levels, language standards, warnings, NDEBUG and fast-math. Anything else (plugins, response files,
 #: include paths, outputs) never reaches a compiler run outside the sandbox.
-PCH_SAFE_CFLAG = re.compile(r"^(|-O[0-3sg]?|-Ofast|-DNDEBUG|-ffast-math|-funroll-loops|-std=(c|gnu)\+\+(14|17|20|23)"
-                            r"|-w|-Wall|-Wextra|-g0|-march=native|-fopenmp)$")
+PCH_SAFE_CFLAG = re.compile(r"|-O[0-3sg]?|-Ofast|-DNDEBUG|-ffast-math|-funroll-loops|-std=(c|gnu)\+\+(17|20|23)"
+                            r"|-w|-Wall|-Wextra|-g0|-march=native|-fopenmp")
+
+#: most candidate flags in a request the trusted side builds a header for (each flag set costs ~0.6 GB)
+PCH_MAX_FLAGS = 3
+
+
+def pch_request_ok(request: Any) -> bool:
+    """Whether the trusted side may build a header for ``request`` (a ``BuildRecord.pch_missing``
+    entry): whitelisted flags only (:data:`PCH_SAFE_CFLAG`, whole-string match after ``strip``), at most
+    :data:`PCH_MAX_FLAGS` non-empty ones, none twice, no include paths, a boolean ``with_cuda``."""
+    if not isinstance(request, dict) or not isinstance(request.get("key"), str):
+        return False
+    flags = request.get("extra_cflags")
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        return False
+    real = [f.strip() for f in flags if f.strip()]
+    return (not request.get("extra_include_paths") and isinstance(request.get("with_cuda"), bool)
+            and len(real) <= PCH_MAX_FLAGS and len(set(real)) == len(real)
+            and all(PCH_SAFE_CFLAG.fullmatch(f.strip()) for f in flags))
 
 
 def pch_enabled() -> bool:
@@ -197,7 +216,9 @@ def binding_command(bound: dict[str, Any]) -> tuple[list[str], list[str]] | None
             sources = [os.path.join(d, "main.cpp")] + ([os.path.join(d, "cuda.cu")] if with_cuda else [])
             args = {"path": os.path.join(d, "build.ninja"), "name": "kb_pch", "sources": sources,
                     "extra_cflags": list(bound.get("extra_cflags") or []),
-                    "extra_cuda_cflags": list(bound.get("extra_cuda_cflags") or []),
+                    # an explicit arch keeps torch from asking the driver for one (CUDA would start in the
+                    # trusted process); nvcc's flags never reach main.cpp's
+                    "extra_cuda_cflags": ["-arch=sm_90"],
                     "extra_sycl_cflags": [], "extra_ldflags": [],
                     "extra_include_paths": list(bound.get("extra_include_paths") or []),
                     "with_cuda": bool(with_cuda), "with_sycl": False, "is_standalone": False}
@@ -214,12 +235,60 @@ def binding_command(bound: dict[str, Any]) -> tuple[list[str], list[str]] | None
         return None
 
 
+_COMPILER_VERSIONS: dict[str, str] = {}
+
+
+def _compiler_version(compiler: list[str]) -> str:
+    key = " ".join(compiler)
+    if key not in _COMPILER_VERSIONS:
+        try:
+            out = subprocess.run([*compiler, "-dumpfullversion", "-dumpversion"], capture_output=True, text=True,
+                                 timeout=30)
+            _COMPILER_VERSIONS[key] = out.stdout.strip() if out.returncode == 0 else f"rc{out.returncode}"
+        except (OSError, subprocess.SubprocessError) as e:
+            _COMPILER_VERSIONS[key] = f"error {type(e).__name__}"
+    return _COMPILER_VERSIONS[key]
+
+
 def _pch_key(compiler: list[str], flags: list[str]) -> str:
+    """Everything a header's content depends on that GCC itself does not check: the compiler's path
+    and version, torch's version and commit, the flags, ``extension.h``'s text. (The headers it
+    includes are checked at use against the dependency list stored beside it: ``deps.json``.)"""
+    import torch
     import torch.utils.cpp_extension as ce
 
     header = Path(ce.include_paths()[0]) / "torch" / "extension.h"
-    blob = json.dumps([compiler, shutil.which(compiler[0]) or "", flags, _file_text(str(header))]).encode()
+    blob = json.dumps([compiler, os.path.realpath(shutil.which(compiler[0]) or compiler[0]), _compiler_version(compiler),
+                       torch.__version__, getattr(torch.version, "git_version", ""), flags,
+                       _file_text(str(header))]).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
+
+
+def _deps_unchanged(pch: Path) -> bool:
+    """True when every header the precompiled one was built from still has its recorded size and
+    modification time (GCC does not check them: a header from an older torch or CUDA would be used)."""
+    try:
+        deps = json.loads((pch / "deps.json").read_text())
+        for path, size, mtime_ns in deps:
+            st = os.stat(path)
+            if st.st_size != size or st.st_mtime_ns != mtime_ns:
+                return False
+        return bool(deps)
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def pch_usable(pch: Path) -> bool:
+    """Whether ``<cache>/pch/<key>`` holds a finished header whose text is torch's own and whose
+    dependencies are unchanged (see :func:`_deps_unchanged`)."""
+    import torch.utils.cpp_extension as ce
+
+    try:
+        ours = (pch / "torch" / "extension.h").read_bytes()
+        theirs = (Path(ce.include_paths()[0]) / "torch" / "extension.h").read_bytes()
+    except OSError:
+        return False
+    return ours == theirs and (pch / "torch" / "extension.h.gch").is_file() and _deps_unchanged(pch)
 
 
 def _pch_request(bound: dict[str, Any]) -> tuple[str, list[str], list[str]] | None:
@@ -230,7 +299,8 @@ def _pch_request(bound: dict[str, Any]) -> tuple[str, list[str], list[str]] | No
 
 
 def build_pch(cache_dir: Path, request: dict[str, Any], *, timeout_s: float = 900.0,
-              started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> Path | None:
+              started: Callable[[subprocess.Popen[bytes]], None] | None = None,
+              env: dict[str, str] | None = None) -> Path | None:
     """Build the precompiled ``torch/extension.h`` a candidate's build asked for, into
     ``<cache_dir>/pch/<key>/torch/`` (the header's text beside its ``.gch``, as GCC looks for them).
 
@@ -245,44 +315,53 @@ def build_pch(cache_dir: Path, request: dict[str, Any], *, timeout_s: float = 90
         request: an entry of ``BuildRecord.pch_missing``: ``key``, ``with_cuda`` (bool), ``extra_cflags``
             (list of str, the candidate's own, without the slim macro), ``extra_include_paths`` (must be empty).
         timeout_s: compiler wall-clock limit, seconds.
-        started: called with the compiler process once it runs (so a pool can kill it on close).
+        started: called with the compiler process once it runs (so a pool can kill its group on close).
+        env: the compiler's environment (the builds' own, so both see the same variables).
 
     Returns:
         The folder to put first on the include path, or None when the request is refused, the key differs,
         or the compiler fails (builds then go on without it).
     """
-    flags = request.get("extra_cflags") or []
-    if request.get("extra_include_paths") or not isinstance(flags, list) \
-            or not all(isinstance(f, str) and PCH_SAFE_CFLAG.match(f.strip()) for f in flags):
+    if not pch_request_ok(request):
         return None
+    flags = [f.strip() for f in request["extra_cflags"]]
     bound = {"cuda_sources": ["//"] if request.get("with_cuda") else [], "with_cuda": None,
-             "extra_cflags": list(flags) + [SLIM_MACRO], "extra_include_paths": []}
+             "extra_cflags": flags + [SLIM_MACRO], "extra_include_paths": []}
     req = _pch_request(bound)
     if req is None or req[0] != request.get("key"):
         return None
     key, compiler, cflags = req
     final = Path(cache_dir) / "pch" / key
-    if (final / "torch" / "extension.h.gch").is_file():
+    if pch_usable(final):
         return final
+    if final.exists():  # stale (a header it was built from changed) or damaged: build it again
+        shutil.rmtree(final, ignore_errors=True)
     import torch.utils.cpp_extension as ce
 
     tmp = Path(cache_dir) / "pch" / f".{key}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     (tmp / "torch").mkdir(parents=True)
     try:
         shutil.copyfile(Path(ce.include_paths()[0]) / "torch" / "extension.h", tmp / "torch" / "extension.h")
-        proc = subprocess.Popen([*compiler, "-x", "c++-header", str(tmp / "torch" / "extension.h"),
-                                 "-o", str(tmp / "torch" / "extension.h.gch"), *cflags],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deps_file = tmp / "deps.d"
+        proc = _start_compiler([*compiler, "-x", "c++-header", str(tmp / "torch" / "extension.h"),
+                                 "-o", str(tmp / "torch" / "extension.h.gch"), "-MD", "-MF", str(deps_file), *cflags],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                env=env)
         if started is not None:
             started(proc)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            kill_group(proc)
             return None
         if rc != 0 or not (tmp / "torch" / "extension.h.gch").is_file():
             return None
+        deps = []
+        for path in shlex.split(deps_file.read_text().replace("\\\n", " ").split(":", 1)[1]):
+            if Path(path).resolve().parent != (tmp / "torch").resolve():
+                st = os.stat(path)
+                deps.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
+        (tmp / "deps.json").write_text(json.dumps(deps))
         (tmp / "command.json").write_text(json.dumps({"compiler": compiler, "flags": cflags}))
         try:
             os.replace(tmp, final)
@@ -291,6 +370,23 @@ def build_pch(cache_dir: Path, request: dict[str, Any], *, timeout_s: float = 90
         return final if (final / "torch" / "extension.h.gch").is_file() else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _start_compiler(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, **kw)
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> None:
+    """Kill a process started with ``start_new_session=True`` and everything it started (a compiler
+    driver's ``cc1plus`` outlives a plain kill of the driver)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _kernel_names(bound: dict[str, Any]) -> set[str]:
@@ -321,13 +417,22 @@ def _load_prebuilt(name: str, so_path: Path, is_python_module: bool) -> Any:
     return module
 
 
-def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRecord) -> None:
+def _fresh(bound: dict[str, Any]) -> dict[str, Any]:
+    """The arguments with every list copied (torch's load_inline inserts its includes and the module
+    definition into the source lists it gets, so a second try with the same lists defines the module
+    twice: "redefinition of PyInit_...")."""
+    return {k: (list(v) if isinstance(v, list) else v) for k, v in bound.items()}
+
+
+def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRecord, *, pch: bool = False) -> None:
     """Replace ``load_inline`` and ``load`` in ``torch.utils.cpp_extension`` (see the module docstring).
 
     Args:
         build_dir: private folder for this process's builds (``<build_dir>/kb_<hash>/``).
         cache_dir: read-only folder of prebuilt ``kb_<hash>.so`` files, or None.
         record: filled with what happened.
+        pch: offer and ask for precompiled headers from ``<cache_dir>/pch`` (the build pool's
+            processes, whose binaries it checks; never a device slot's).
     """
     import torch.utils.cpp_extension as ce
 
@@ -367,24 +472,26 @@ def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRe
                 # <torch/extension.h> skips when TORCH_INDUCTOR_CPP_WRAPPER is defined; that macro
                 # changes nothing else in torch's headers. Code that compiles this way calls the same
                 # declarations; code that needs the frontend fails here and is built as written.
-                sb = dict(bound)
+                sb = _fresh(bound)  # torch inserts into the source lists it is given: each try gets its own
                 sb["extra_cflags"] = list(sb.get("extra_cflags") or []) + [SLIM_MACRO]
                 if sb.get("cuda_sources"):
                     sb["extra_cuda_cflags"] = list(sb.get("extra_cuda_cflags") or []) + [SLIM_MACRO]
-                if cache_dir is not None and pch_enabled() and not sb.get("no_implicit_headers"):
+                if cache_dir is not None and pch and pch_enabled() and not sb.get("no_implicit_headers"):
                     req = _pch_request(sb)
                     if req is not None:
-                        pch = cache_dir / "pch" / req[0]
-                        if (pch / "torch" / "extension.h.gch").is_file():
+                        folder = cache_dir / "pch" / req[0]
+                        if pch_usable(folder):
                             # an -I folder is searched before torch's -isystem ones; only main.cpp sees it
-                            sb["extra_cflags"] = sb["extra_cflags"] + [f"-I{shlex.quote(str(pch))}"]
+                            sb["extra_cflags"] = sb["extra_cflags"] + [f"-I{shlex.quote(str(folder))}"]
                             record.pch.append(req[0])
                         else:
                             wc = sb.get("with_cuda")
-                            record.pch_missing.append({
+                            request = {
                                 "key": req[0], "with_cuda": bool(sb.get("cuda_sources")) if wc is None else bool(wc),
                                 "extra_cflags": [str(f) for f in bound.get("extra_cflags") or []],
-                                "extra_include_paths": [str(f) for f in bound.get("extra_include_paths") or []]})
+                                "extra_include_paths": [str(f) for f in bound.get("extra_include_paths") or []]}
+                            if pch_request_ok(request):
+                                record.pch_missing.append(request)
                 try:
                     mod = orig(**sb)
                 except Exception:
@@ -393,12 +500,13 @@ def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRe
                     mod = None
             if mod is None:
                 try:
-                    mod = orig(**bound)
+                    mod = orig(**_fresh(bound))
                 except Exception as e:  # compiler/linker failure, bad source
                     record.compile_s += time.perf_counter() - t0
                     raise CandidateBuildError(f"{type(e).__name__}: {e}") from None
             else:
                 record.slim.append(uname)
+
             record.compile_s += time.perf_counter() - t0
             so_files = sorted(out_dir.glob(f"{uname}*.so"), key=lambda p: p.stat().st_mtime)[-1:]
             record.built.append({"name": uname, "so": str(so_files[0]) if so_files else "",

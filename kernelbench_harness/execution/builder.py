@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import Candidate
-from .build import build_pch, pch_enabled
+from .build import build_pch, kill_group, pch_enabled, pch_request_ok
 from .channel import ChannelError, ChannelTimeout
 from .process import Launcher
 from .sandbox import clean_environment
@@ -36,6 +36,22 @@ from .sandbox import clean_environment
 __all__ = ["BuildPool", "BuildOutcome", "needs_build"]
 
 log = logging.getLogger(__name__)
+
+
+def _tree_fingerprint(folder: Path) -> tuple[tuple[str, int, int, int], ...]:
+    """(relative path, inode, size, change time in ns) of a folder and everything in it."""
+    out = []
+    for root, dirs, files in os.walk(folder):
+        for name in [".", *dirs, *files]:
+            p = Path(root) / name
+            st = os.lstat(p)
+            out.append((str(p.relative_to(folder)), st.st_ino, st.st_size, st.st_ctime_ns))
+    return tuple(sorted(out))
+
+
+def _str_list(value: Any) -> list[str]:
+    """A list of strings from a build message, or [] (a candidate process can send anything)."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def needs_build(source: str) -> bool:
@@ -103,7 +119,9 @@ class BuildPool:
         self.max_pch = 4
         self._pch_procs: list[subprocess.Popen[bytes]] = []
         self._pch_threads: list[threading.Thread] = []
+        self._pch_seen: dict[str, tuple[tuple[str, int, int, int], ...]] = {}
         self._closed = False
+        self._sweep_stale_pch()
 
     async def build(self, candidate: Candidate) -> BuildOutcome:
         """Build ``candidate``'s extensions (identical sources in flight share one build)."""
@@ -137,7 +155,8 @@ class BuildPool:
                 (jobdir / sub).mkdir()
             job: dict[str, Any] = {"mode": "build", "job_dir": str(jobdir), "inputs_dir": str(jobdir),
                                    "candidate_path": str(src), "device": "cpu", "protocol": {},
-                                   "build_dir": str(jobdir / "build"), "build_cache": str(self.cache_dir)}
+                                   "build_dir": str(jobdir / "build"), "build_cache": str(self.cache_dir),
+                                   "pch": pch_enabled()}
             sandbox = {"private_dir": str(jobdir), "cpu_time_s": int(self.timeout_s * 4),
                        "file_size_bytes": 4 << 30, "new_netns": True, "landlock": True} if self.sandbox else None
             h = self.launcher.start(job, sandbox)
@@ -158,16 +177,27 @@ class BuildPool:
                 self.stats["deferred"] += 1
                 return BuildOutcome("deferred", f"build process ended: {e}", time.perf_counter() - t0)
             h.close()
-            info = msg.get("build") or {}
-            names = tuple([b.get("name", "") for b in info.get("built", [])] + list(info.get("cache_hits", [])))
-            compile_s = float(info.get("compile_s", 0.0))
+            info = msg.get("build") if isinstance(msg.get("build"), dict) else {}
+            built = [b for b in info.get("built", []) if isinstance(b, dict)] \
+                if isinstance(info.get("built"), list) else []
+            names = tuple([str(b.get("name", "")) for b in built] + _str_list(info.get("cache_hits")))
+            try:
+                compile_s = max(0.0, float(info.get("compile_s", 0.0)))
+            except (TypeError, ValueError):
+                compile_s = 0.0
             self.stats["compile_s"] += compile_s
-            self.stats["pch_used"] += len(info.get("pch") or [])
-            self.stats["slim"] += len(info.get("slim_headers") or [])
-            for request in info.get("pch_missing") or []:
+            used = _str_list(info.get("pch"))  # its folder was first on the binding file's include path
+            self.stats["pch_used"] += len(used)
+            self.stats["slim"] += len(_str_list(info.get("slim_headers")))
+            missing = info.get("pch_missing")
+            for request in missing if isinstance(missing, list) else []:
                 self._want_pch(request)
+            if used and not self._pch_intact(used):
+                self.stats["deferred"] += 1
+                return BuildOutcome("deferred", "a precompiled header changed while this candidate was built; "
+                                    "it is compiled again without one", time.perf_counter() - t0, compile_s, names)
             # move fresh binaries into the shared cache (only from this process's private folder)
-            for b in info.get("built", []):
+            for b in built:
                 so = Path(str(b.get("so", "")))
                 name = str(b.get("name", ""))
                 if not name.startswith("kb_") or not so.is_file():
@@ -186,7 +216,7 @@ class BuildPool:
                     except OSError:  # another build stored it first
                         shutil.rmtree(tmp, ignore_errors=True)
             if msg.get("ok"):
-                status = "built" if info.get("built") else "cached"
+                status = "built" if built else "cached"
                 self.stats[status] += 1
                 return BuildOutcome(status, "", time.perf_counter() - t0, compile_s, names)
             if msg.get("kind") == "compile_error" and not msg.get("import_error"):
@@ -199,9 +229,46 @@ class BuildPool:
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
 
+    def _sweep_stale_pch(self) -> None:
+        """Remove half-built header folders (``pch/.<key>.<pid>.<ns>.tmp``) whose builder process is gone."""
+        for tmp in (self.cache_dir / "pch").glob(".*.tmp") if (self.cache_dir / "pch").is_dir() else []:
+            parts = tmp.name.split(".")
+            try:
+                pid = int(parts[2])
+                os.kill(pid, 0)
+                continue  # its builder still runs
+            except (IndexError, ValueError, ProcessLookupError):
+                shutil.rmtree(tmp, ignore_errors=True)
+            except PermissionError:
+                continue
+
+    def _pch_intact(self, keys: list[str]) -> bool:
+        """Whether the header folders a build used are as the pool first saw them (see the module
+        docstring). A changed one is removed, so it is built again."""
+        ok = True
+        for key in keys:
+            folder = self.cache_dir / "pch" / key
+            if not key.isalnum() or folder.parent != self.cache_dir / "pch":
+                return False
+            try:
+                now = _tree_fingerprint(folder)
+            except OSError:
+                now = ()
+            with self._pch_lock:
+                first = self._pch_seen.setdefault(key, now)
+            if now != first or not now:
+                ok = False
+                log.error("precompiled header %s changed during the run: removed; builds that used it are "
+                          "compiled again", key)
+                shutil.rmtree(folder, ignore_errors=True)
+                with self._pch_lock:
+                    self._pch_seen.pop(key, None)
+                    self._pch_keys.discard(key)
+        return ok
+
     def _want_pch(self, request: Any) -> None:
         """Start building the precompiled header a build asked for, once per key (see build_pch)."""
-        if not pch_enabled() or not isinstance(request, dict):
+        if not pch_enabled() or not pch_request_ok(request):
             return
         key = str(request.get("key", ""))
         with self._pch_lock:
@@ -215,12 +282,15 @@ class BuildPool:
             with self._pch_lock:
                 self._pch_procs.append(proc)
                 if self._closed:
-                    proc.kill()
+                    kill_group(proc)
 
         def work() -> None:
             t0 = time.perf_counter()
             try:
-                out = build_pch(self.cache_dir, request, timeout_s=self.timeout_s, started=started)
+                out = build_pch(self.cache_dir, request, timeout_s=self.timeout_s, started=started, env=self.env)
+                if out is not None:
+                    with self._pch_lock:
+                        self._pch_seen[key] = _tree_fingerprint(out)
             except Exception:  # noqa: BLE001 - builds go on without it
                 log.exception("precompiled header %s failed", key)
                 return
@@ -243,7 +313,7 @@ class BuildPool:
             self._closed = True
             for proc in self._pch_procs:
                 if proc.poll() is None:
-                    proc.kill()
+                    kill_group(proc)
         for t in list(self._pch_threads):
             t.join(10)
         self.launcher.close()

@@ -277,7 +277,7 @@ class _Job:
         t0 = _perf_counter()
         build_dir = Path(self.job["build_dir"])
         cache = Path(self.job["build_cache"]) if self.job.get("build_cache") else None
-        install_build_hooks(build_dir, cache, self.record)
+        install_build_hooks(build_dir, cache, self.record, pch=bool(self.job.get("pch")))
         self.launches.install()
         src_path = Path(self.job["candidate_path"])
         source = src_path.read_text(encoding="utf-8")

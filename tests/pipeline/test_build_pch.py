@@ -1,17 +1,29 @@
 """Precompiled ``torch/extension.h`` for the binding file of ``load_inline`` builds (issue 7: where
 compile time goes). A build reports the header it lacked, the trusted pool builds it once, later builds
-with the same flags use it, and what they produce is the same binary byte for byte."""
+with the same flags use it, what they produce is the same binary byte for byte, and a header changed
+behind the pool's back is caught."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
 from kernelbench_harness.core import Backend, Candidate
-from kernelbench_harness.execution.build import SLIM_MACRO, binding_command, build_pch
+from kernelbench_harness.execution import build as build_mod
+from kernelbench_harness.execution import builder as builder_mod
+from kernelbench_harness.execution.build import (
+    SLIM_MACRO,
+    BuildRecord,
+    _pch_request,
+    binding_command,
+    build_pch,
+    install_build_hooks,
+)
 from kernelbench_harness.execution.builder import BuildPool
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
@@ -41,58 +53,156 @@ def test_binding_flags_are_torchs_own_without_the_extension_name() -> None:
     assert "-O3" not in flags and "-O3" in fast[1] and sorted(set(fast[1]) - {"-O3"}) == sorted(set(flags))
 
 
-@pytest.mark.parametrize("request_", [
-    {"key": "k", "with_cuda": False, "extra_cflags": ["-fplugin=/tmp/evil.so"], "extra_include_paths": []},
-    {"key": "k", "with_cuda": False, "extra_cflags": ["@/etc/passwd"], "extra_include_paths": []},
-    {"key": "k", "with_cuda": False, "extra_cflags": ["-O3 -fplugin=/tmp/evil.so"], "extra_include_paths": []},
-    {"key": "k", "with_cuda": False, "extra_cflags": [], "extra_include_paths": ["/tmp"]},
-    {"key": "k", "with_cuda": False, "extra_cflags": "-O3", "extra_include_paths": []},
-    {"key": "not-the-key-of-these-flags", "with_cuda": False, "extra_cflags": ["-O3"], "extra_include_paths": []},
+def _request(flags, include_paths=(), with_cuda=False):
+    """A request as an honest build would report it: the true key of these flags."""
+    bound = {"cpp_sources": ["//"], "extra_cflags": [str(f) for f in flags] + [SLIM_MACRO] if isinstance(flags, list)
+             else flags, "extra_include_paths": list(include_paths)}
+    req = _pch_request(bound) if isinstance(flags, list) else None
+    return {"key": req[0] if req else "k", "with_cuda": with_cuda, "extra_cflags": flags,
+            "extra_include_paths": list(include_paths)}
+
+
+class _FakeCompiler:
+    """Stands in for build.py's compiler start: records the command, compiles nothing, fails."""
+
+    def __init__(self) -> None:
+        self.commands: list[list[str]] = []
+
+    class _Done:
+        pid = 0
+
+        def wait(self, timeout=None):
+            return 1
+
+        def poll(self):
+            return 1
+
+    def __call__(self, argv, **kw):
+        self.commands.append(list(argv))
+        return self._Done()
+
+
+@pytest.mark.parametrize("flags,include_paths", [
+    (["-fplugin=/tmp/evil.so"], []),
+    (["@/etc/passwd"], []),
+    (["-O3 -fplugin=/tmp/evil.so"], []),
+    (["-O3\n-fplugin=/tmp/evil.so"], []),  # a newline inside a flag
+    (["-O3", "-O3"], []),  # the same flag twice: another 0.6 GB for nothing
+    (["-O3", "-w", "-Wall", "-DNDEBUG"], []),  # more flags than any real candidate set
+    ([], ["/tmp"]),
+    ("-O3", []),
 ])
-def test_the_trusted_side_compiles_nothing_a_candidate_chose(tmp_path: Path, request_: dict) -> None:
-    assert build_pch(tmp_path, request_) is None
-    assert not (tmp_path / "pch").exists()
+def test_the_trusted_side_compiles_nothing_a_candidate_chose(tmp_path: Path, monkeypatch, flags, include_paths) -> None:
+    fake = _FakeCompiler()
+    monkeypatch.setattr(build_mod, "_start_compiler", fake)
+    assert build_pch(tmp_path, _request(flags, include_paths)) is None
+    assert fake.commands == [] and not (tmp_path / "pch").exists()
 
 
-def _so_files(cache: Path) -> dict[str, bytes]:
-    return {p.parent.name: p.read_bytes() for p in cache.glob("kb_*/*.so")}
+def test_a_whitelisted_request_with_its_true_key_reaches_the_compiler(tmp_path: Path, monkeypatch) -> None:
+    fake = _FakeCompiler()
+    monkeypatch.setattr(build_mod, "_start_compiler", fake)
+    build_pch(tmp_path, _request([" -O3\n"]))  # torch strips each flag; so does the trusted side
+    [argv] = fake.commands
+    assert "-x" in argv and "c++-header" in argv and "-O3" in argv and SLIM_MACRO in argv
+    assert not any("\n" in a or a.startswith(" ") for a in argv)
+    wrong = dict(_request(["-O3"]), key="0" * 24)
+    assert build_pch(tmp_path, wrong) is None and len(fake.commands) == 1
 
 
-def test_header_built_once_then_used_and_the_binary_is_unchanged(tmp_path: Path) -> None:
-    first_cache, second_cache = tmp_path / "c1", tmp_path / "c2"
-    pool = BuildPool(first_cache, workers=1, timeout_s=600, scratch_dir=tmp_path / "s1")
-    try:
-        out = asyncio.run(pool.build(Candidate(1, 1, _EXT.format(k=2), Backend.CUDA)))
-        assert out.status == "built", out.error
-        assert pool.stats["pch_used"] == 0
-        pool.wait_pch(600)  # the build asked for the header; the pool made it in the background
-        assert pool.stats["pch_built"] == 1
-        [pch] = list((first_cache / "pch").iterdir())
-        assert (pch / "torch" / "extension.h.gch").stat().st_size > 1 << 20
-        # the same build again (no binary cached yet in the second cache) uses it; the header's text
-        # beside it is made to fail, so the slim compile succeeds only if GCC took the precompiled one
-        shutil.copytree(first_cache / "pch", second_cache / "pch")
-        (second_cache / "pch" / pch.name / "torch" / "extension.h").write_text("#error read as text\n")
-        other = BuildPool(second_cache, workers=1, timeout_s=600, scratch_dir=tmp_path / "s2")
-        try:
-            again = asyncio.run(other.build(Candidate(1, 1, _EXT.format(k=2), Backend.CUDA)))
-            assert again.status == "built", again.error
-            assert other.stats["pch_used"] == 1 and other.stats["pch_built"] == 0 and other.stats["slim"] == 1
-        finally:
-            other.close()
-    finally:
-        pool.close()
-    without, with_pch = _so_files(first_cache), _so_files(second_cache)
-    assert without.keys() == with_pch.keys() and len(without) == 1
-    assert without == with_pch  # byte for byte: the header's parse was skipped, nothing else changed
+def test_each_try_gets_the_sources_as_written(tmp_path: Path, monkeypatch) -> None:
+    """torch's load_inline inserts into the lists it gets; the as-written retry after a failed slim
+    compile must not see the first try's insertions (it would define the module twice)."""
+    import torch.utils.cpp_extension as ce
+
+    calls: list[list[str]] = []
+
+    def fake_load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None, **kw):
+        calls.append(list(cpp_sources))
+        cpp_sources.insert(0, "#include <torch/extension.h>")  # what torch does
+        cpp_sources.append("PYBIND11_MODULE(...)")
+        if len(calls) == 1:
+            raise RuntimeError("the slim compile failed")
+        return object()
+
+    monkeypatch.setattr(ce, "load_inline", fake_load_inline)
+    monkeypatch.setattr(ce, "load", lambda *a, **k: None)
+    install_build_hooks(tmp_path / "b", None, BuildRecord())
+    sources = ["int f() { return 1; }"]
+    ce.load_inline(name="x", cpp_sources=sources, functions=["f"])
+    assert calls == [["int f() { return 1; }"], ["int f() { return 1; }"]]
+    assert sources == ["int f() { return 1; }"]  # the candidate's own list untouched
 
 
-def test_a_candidate_cannot_make_the_pool_build_many_headers(tmp_path: Path) -> None:
+def test_a_header_changed_behind_the_pools_back_is_removed(tmp_path: Path) -> None:
     pool = BuildPool(tmp_path / "c", workers=1, scratch_dir=tmp_path / "s")
     try:
-        for i in range(10):  # refused by build_pch (key mismatch), but each would count
-            pool._want_pch({"key": f"k{i}", "with_cuda": False, "extra_cflags": [], "extra_include_paths": []})
-        pool.wait_pch(60)
-        assert len(pool._pch_keys) == pool.max_pch == 4 and pool.stats["pch_built"] == 0
+        folder = tmp_path / "c" / "pch" / ("a" * 24)
+        (folder / "torch").mkdir(parents=True)
+        (folder / "torch" / "extension.h.gch").write_bytes(b"x" * 100)
+        assert pool._pch_intact(["a" * 24]) and pool._pch_intact(["a" * 24])
+        (folder / "torch" / "all.h").write_text("// planted: found before torch's own\n")
+        assert not pool._pch_intact(["a" * 24]) and not folder.exists()
+        assert not pool._pch_intact(["../escape"])
     finally:
         pool.close()
+
+
+def test_a_candidate_cannot_make_the_pool_build_many_headers(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(builder_mod, "build_pch", lambda *a, **k: None)
+    pool = BuildPool(tmp_path / "c", workers=1, scratch_dir=tmp_path / "s")
+    try:
+        for i in range(10):
+            pool._want_pch({"key": f"k{i}", "with_cuda": False, "extra_cflags": [], "extra_include_paths": []})
+        pool._want_pch({"key": "bad", "with_cuda": False, "extra_cflags": ["-fplugin=x"], "extra_include_paths": []})
+        pool.wait_pch(60)
+        assert len(pool._pch_keys) == pool.max_pch == 4 and "bad" not in pool._pch_keys
+    finally:
+        pool.close()
+
+
+def test_header_built_once_then_used_and_the_binary_is_unchanged(tmp_path: Path, monkeypatch) -> None:
+    cache = tmp_path / "c"
+    source = _EXT.format(k=2)
+    # The header for these flags is built beside the first build (as the pool would after it; started
+    # early here to save the test a minute). The pool's own job waits for it and then finds it done.
+    request = _request([])
+    early: dict = {}
+    maker = threading.Thread(target=lambda: early.update(path=build_pch(cache, request)))
+    maker.start()
+    real = builder_mod.build_pch
+
+    def pool_build_pch(*a, **k):
+        maker.join()
+        return real(*a, **k)
+
+    monkeypatch.setattr(builder_mod, "build_pch", pool_build_pch)
+    pool = BuildPool(cache, workers=1, timeout_s=600, scratch_dir=tmp_path / "s")
+    try:
+        out = asyncio.run(pool.build(Candidate(1, 1, source, Backend.CUDA)))
+        assert out.status == "built", out.error
+        assert pool.stats["pch_used"] == 0
+        pool.wait_pch(600)
+        # the sandboxed build asked for exactly the header the trusted side computed
+        assert pool._pch_keys == {request["key"]} and early["path"] is not None
+        assert pool.stats["pch_built"] == 1 and [p.name for p in (cache / "pch").iterdir()] == [request["key"]]
+        [ext_dir] = list(cache.glob("kb_*"))
+        [so] = list(ext_dir.glob("*.so"))
+        without = so.read_bytes()
+        shutil.rmtree(ext_dir)  # so the same candidate compiles again, now with the header
+        again = asyncio.run(pool.build(Candidate(1, 1, source, Backend.CUDA)))
+        assert again.status == "built", again.error
+        assert pool.stats["pch_used"] == 1 and pool.stats["slim"] == 2
+        [so2] = list(ext_dir.glob("*.so"))
+        assert so2.read_bytes() == without  # byte for byte: the parse was skipped, nothing else changed
+    finally:
+        pool.close()
+    # and GCC does take it under the binding file's own flags: -H marks a valid precompiled header "!"
+    compiler, flags = binding_command({"cpp_sources": ["//"], "extra_cflags": [SLIM_MACRO]})
+    main = tmp_path / "main.cpp"
+    main.write_text("#include <torch/extension.h>\nint f() { return 1; }\n")
+    folder = cache / "pch" / request["key"]
+    res = subprocess.run([*compiler, "-DTORCH_EXTENSION_NAME=kb_x", *flags, f"-I{folder}", "-H", "-fsyntax-only",
+                          str(main)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stderr.splitlines()[0] == f"! {folder / 'torch' / 'extension.h.gch'}"

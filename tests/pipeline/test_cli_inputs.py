@@ -32,6 +32,12 @@ def test_a_level_the_source_lacks_names_the_levels_it_has(tmp_path):
     assert not (tmp_path / "k.db").exists()  # bad input creates no database file
 
 
+def test_a_gpu_this_machine_lacks_creates_no_database(tmp_path):
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "--gpus", "7")
+    assert res.exit_code != 0 and res.exception is not None
+    assert not (tmp_path / "k.db").exists()
+
+
 def test_an_unusable_model_creates_no_database_and_a_taken_name_is_still_refused(tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     res, db = _run(tmp_path, "--model", "anthropic/claude-x", "--level", "1", "--ids", "1")
