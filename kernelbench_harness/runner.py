@@ -466,6 +466,17 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             return _after(problem, c, await _evaluate_job(problem, c, known))
 
         async def _evaluate_job(problem: Problem, c: Candidate, known: dict[str, TimingStats]) -> EvalResult:
+            res = await _evaluate_once(problem, c, known)
+            if pool is not None and needs_build(c.source):
+                # a prebuilt binary it loaded changed since the pool stored it (another candidate wrote
+                # into the cache): evaluate again, the slot compiling it afresh
+                changed = pool.changed_cache_entries((res.extra.get("build") or {}).get("cache_hits"))
+                if changed:
+                    res = await _evaluate_once(problem, c, known)
+                    res.extra["cache_tampered"] = changed
+            return res
+
+        async def _evaluate_once(problem: Problem, c: Candidate, known: dict[str, TimingStats]) -> EvalResult:
             nonlocal n_eval
             job = EvalJob(problem=problem, candidate=c, protocol=protocol, run_seed=seed, baselines=known,
                           timeout_s=cfg.timeout_s, build_timeout_s=cfg.build_timeout_s)

@@ -38,14 +38,18 @@ __all__ = ["BuildPool", "BuildOutcome", "needs_build"]
 log = logging.getLogger(__name__)
 
 
-def _tree_fingerprint(folder: Path) -> tuple[tuple[str, int, int, int], ...]:
-    """(relative path, inode, size, change time in ns) of a folder and everything in it."""
+def _tree_fingerprint(folder: Path, *, content: bool = False) -> tuple[tuple[Any, ...], ...]:
+    """(relative path, inode, size, change time in ns[, sha256 of a file's bytes]) of a folder and
+    everything in it. Change times are coarse (a few ms); ``content`` closes that gap for small files."""
     out = []
     for root, dirs, files in os.walk(folder):
         for name in [".", *dirs, *files]:
             p = Path(root) / name
             st = os.lstat(p)
-            out.append((str(p.relative_to(folder)), st.st_ino, st.st_size, st.st_ctime_ns))
+            row: tuple[Any, ...] = (str(p.relative_to(folder)), st.st_ino, st.st_size, st.st_ctime_ns)
+            if content and name in files:
+                row += (hashlib.sha256(p.read_bytes()).hexdigest(),)
+            out.append(row)
     return tuple(sorted(out))
 
 
@@ -119,7 +123,8 @@ class BuildPool:
         self.max_pch = 4
         self._pch_procs: list[subprocess.Popen[bytes]] = []
         self._pch_threads: list[threading.Thread] = []
-        self._pch_seen: dict[str, tuple[tuple[str, int, int, int], ...]] = {}
+        self._pch_seen: dict[str, tuple[tuple[Any, ...], ...]] = {}
+        self._so_seen: dict[str, tuple[tuple[Any, ...], ...]] = {}
         self._closed = False
         self._sweep_stale_pch()
 
@@ -213,6 +218,8 @@ class BuildPool:
                     shutil.copyfile(so, tmp / so.name)  # keep the file name: it is the module's name
                     try:
                         os.replace(tmp, entry)
+                        with self._pch_lock:
+                            self._so_seen[name] = _tree_fingerprint(entry, content=True)
                     except OSError:  # another build stored it first
                         shutil.rmtree(tmp, ignore_errors=True)
             if msg.get("ok"):
@@ -241,6 +248,38 @@ class BuildPool:
                 shutil.rmtree(tmp, ignore_errors=True)
             except PermissionError:
                 continue
+
+    def changed_cache_entries(self, names: Any) -> list[str]:
+        """The extension cache entries (``kb_<hash>``) among ``names`` that changed since this pool
+        stored them or first saw them (inode, size, change time of the folder and its files). Changed
+        ones are removed, so they are compiled again; the caller evaluates the candidate again.
+
+        Why: where candidate processes run without Landlock (the H200 image), the cache folder is
+        writable to them, and one candidate could replace another's prebuilt binary. A process cannot
+        set a change time back, so a replacement shows here, after the fact but before the result counts.
+
+        Args:
+            names: ``EvalResult.extra["build"]["cache_hits"]`` of an evaluation (anything else: ignored).
+        """
+        changed = []
+        for name in _str_list(names):
+            entry = self.cache_dir / name
+            if not (name.startswith("kb_") and name[3:].isalnum()):
+                continue
+            try:
+                now = _tree_fingerprint(entry, content=True)
+            except OSError:
+                now = ()
+            with self._pch_lock:
+                first = self._so_seen.setdefault(name, now)
+            if now != first:
+                changed.append(name)
+                log.error("prebuilt extension %s changed during the run: removed; the candidate that loaded it is "
+                          "evaluated again", name)
+                shutil.rmtree(entry, ignore_errors=True)
+                with self._pch_lock:
+                    self._so_seen.pop(name, None)
+        return changed
 
     def _pch_intact(self, keys: list[str]) -> bool:
         """Whether the header folders a build used are as the pool first saw them (see the module

@@ -55,3 +55,25 @@ def test_pool_and_slot_use_one_arch_list_whatever_the_ambient_environment(monkey
     assert target_arch_list(None) is None
     monkeypatch.setenv("KBENCH_CUDA_ARCH_LIST", "9.0a")
     assert target_arch_list((9, 0)) == "9.0a"
+
+
+def test_a_prebuilt_binary_replaced_during_the_run_is_caught_and_removed(tmp_path):
+    """Without Landlock the cache is writable to candidates; a replaced binary must not count."""
+    import os
+
+    from kernelbench_harness.execution.builder import BuildPool
+
+    pool = BuildPool(tmp_path / "cache", workers=1, scratch_dir=tmp_path / "s")
+    try:
+        entry = tmp_path / "cache" / "kb_abc123"
+        entry.mkdir()
+        (entry / "kb_abc123.so").write_bytes(b"honest")
+        assert pool.changed_cache_entries(["kb_abc123"]) == []  # first seen now
+        assert pool.changed_cache_entries(["kb_abc123"]) == []
+        st = os.stat(entry / "kb_abc123.so")
+        (entry / "kb_abc123.so").write_bytes(b"forged")  # same size
+        os.utime(entry / "kb_abc123.so", ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime put back: ctime cannot be
+        assert pool.changed_cache_entries(["kb_abc123"]) == ["kb_abc123"] and not entry.exists()
+        assert pool.changed_cache_entries(["../x", 5, "kb_../../etc"]) == [] and pool.changed_cache_entries(None) == []
+    finally:
+        pool.close()
