@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -139,11 +140,18 @@ class Launcher:
 
     def _read_ctrl_line(self, timeout_s: float | None) -> dict[str, Any] | None:
         assert self._ctrl is not None
-        self._ctrl.settimeout(timeout_s)
+        # The control socket stays blocking: a timeout (settimeout) would switch the shared file
+        # description to non-blocking, and a request sent from another thread while the reader
+        # switched it back failed with EAGAIN (seen under load: "fork server failed ([Errno 11]...)").
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while b"\n" not in self._ctrl_buf:
+            if deadline is not None:
+                ready, _, _ = select.select([self._ctrl], [], [], max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    return None
             try:
                 chunk = self._ctrl.recv(65536)
-            except (socket.timeout, OSError):
+            except OSError:
                 return None
             if not chunk:
                 return None
