@@ -28,6 +28,11 @@ from kernelbench_harness.execution.builder import BuildPool
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 
+
+@pytest.fixture(autouse=True)
+def _pch_on(monkeypatch):
+    monkeypatch.setenv("KBENCH_PCH", "1")  # tests/conftest.py turns it off for everything else
+
 _EXT = '''
 import torch
 import torch.nn as nn
