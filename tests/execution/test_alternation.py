@@ -78,7 +78,9 @@ def test_a_content_keyed_cache_gains_nothing_across_blocks(evaluator: DeviceEval
     assert cached.outcome in (Outcome.CORRECT, Outcome.TIMING_INVALID, Outcome.INCORRECT), describe(cached)
     if cached.candidate is not None:
         assert cached.extra["timing_info"]["stopped"] == "alternated:3"
-        assert cached.candidate.median_ms > 0.3 * honest.candidate.median_ms, (cached.candidate, honest.candidate)
+        # a replay costs about 0.4% of the interpreted kernel; 5% leaves room for the up to 2x that
+        # load on a small machine moves the honest time between two evaluations
+        assert cached.candidate.median_ms > 0.05 * honest.candidate.median_ms, (cached.candidate, honest.candidate)
 
 
 def test_the_candidate_process_is_stopped_while_baselines_are_timed(tmp_path) -> None:
