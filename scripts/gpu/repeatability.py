@@ -27,7 +27,6 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -79,6 +78,18 @@ def pick(store: Path, run: str, generations: Path, n: int) -> list[dict]:
     return chosen
 
 
+def has_run(db: Path, run: str) -> bool:
+    """Whether the SQLite store ``db`` holds a run named ``run`` (so ``kbench run`` must be told ``--resume``)."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            return con.execute("select 1 from runs where run_name = ?", (run,)).fetchone() is not None
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+
+
 def rel_delta(a: float, b: float) -> float:
     return abs(a - b) / ((a + b) / 2.0)
 
@@ -91,7 +102,8 @@ def summarize(a: list[dict], b: list[dict]) -> dict:
     common = sorted(set(ka) & set(kb))
     out["n_common"] = len(common)
     out["verdicts_equal"] = sum(ka[k]["outcome"] == kb[k]["outcome"] for k in common)
-    for base in ("speedup_eager", "speedup_compile"):
+    # the speedups (the target), and their parts: where a speedup's spread comes from
+    for base in ("speedup_eager", "speedup_compile", "candidate_ms", "eager_ms", "compile_ms"):
         d = [rel_delta(ka[k][base], kb[k][base]) for k in common
              if ka[k]["outcome"] == kb[k]["outcome"] == "correct" and ka[k][base] and kb[k][base]]
         out["n_both"] = max(out["n_both"], len(d))
@@ -113,30 +125,45 @@ def main() -> int:
     ap.add_argument("--protocols", default="kbench,kernelbench")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--warm-workers", default="6")
+    ap.add_argument("--work", type=Path, default=REPO / "results" / "kbrepeat",
+                    help="stores and the replay file; a second call with the same folder continues: a finished "
+                         "run is reused, a cut one resumed (kbench run --resume)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     chosen = pick(a.store, a.run, a.generations, a.n)
-    work = Path(tempfile.mkdtemp(prefix="kbrepeat_", dir=str(REPO / "results")))
+    work = a.work
+    work.mkdir(parents=True, exist_ok=True)
     sel = work / "selected.jsonl"
     sel.write_text("".join(json.dumps(g) + "\n" for g in chosen))
     ids = ",".join(str(i) for i in sorted({int(g["problem_id"]) for g in chosen}))
     protocols = [p for p in a.protocols.split(",") if p]
     report: dict = {"chosen": [[int(g["problem_id"]), g.get("model")] for g in chosen], "runs": {}, "summary": {}}
     out_json = a.out / "repeat.json"
+    before = json.loads((work / "repeat.json").read_text()) if (work / "repeat.json").exists() else {}
     env = dict(os.environ)
     for rep in "ABCDEFGH"[: a.repeats]:
         for proto in protocols:
             name = f"repeat-{proto}-{rep}"
             db = work / f"{name}.db"
+            rows = read_rows(db, name)
+            earlier = (before.get("runs") or {}).get(name) or {}
+            if len(rows) >= len(chosen):  # finished in an earlier call
+                report["runs"][name] = {**earlier, "protocol": proto, "repeat": rep, "rows": rows}
+                print(f"{name}: reused ({len(rows)} results)", flush=True)
+                continue
             t0 = time.monotonic()
             cmd = [sys.executable, "-m", "kernelbench_harness", "run", "--model", f"replay:{sel}",
                    "--problems", a.problems, "--level", "1", "--ids", ids, "--protocol", proto,
                    "--db", str(db), "--run-name", name, "--no-report", "--display", "plain",
                    "--warm-workers", a.warm_workers]
+            if db.exists() and has_run(db, name):
+                cmd.append("--resume")
             p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
             rows = read_rows(db, name)
-            report["runs"][name] = {"protocol": proto, "repeat": rep, "wall_s": round(time.monotonic() - t0, 1),
+            wall = round(time.monotonic() - t0 + float(earlier.get("wall_s") or 0.0), 1)
+            report["runs"][name] = {"protocol": proto, "repeat": rep, "wall_s": wall, "calls": int(earlier.get("calls") or 0) + 1,
                                     "rc": p.returncode, "rows": rows, "log_tail": (p.stdout + p.stderr)[-3000:]}
+            (work / "repeat.json").write_text(json.dumps(report, indent=1, default=str))
             print(f"{name}: rc={p.returncode} {len(rows)} results in {time.monotonic() - t0:.0f} s", flush=True)
             for pr in protocols:
                 runs = [report["runs"][k]["rows"] for k in sorted(report["runs"]) if report["runs"][k]["protocol"] == pr]

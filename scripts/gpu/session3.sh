@@ -73,7 +73,7 @@ for phase in ${PHASES//,/ }; do
         --generations .data/kernelsseum-v0/generations.jsonl --problems .data/kernelsseum-v0/problems \
         --out "$OUT/ncu.json" >> "$OUT/session.log" 2>&1 ;;
     sweep)
-      timeout $(( ${T_SWEEP:-540} + 30 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
+      timeout $(( ${T_SWEEP:-540} + 60 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
         --phase ${SWEEP_PHASE:-both} --budget-s ${T_SWEEP:-540} ${SWEEP_LIMIT:+--limit $SWEEP_LIMIT} >> "$OUT/session.log" 2>&1 ;;
     *) echo "unknown phase $phase" ;;
   esac

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -73,6 +75,19 @@ def make_candidates(problems_dir: Path, levels: list[int], limit: int | None) ->
     return rows
 
 
+def has_run(db: Path, run: str) -> bool:
+    """Whether the SQLite store ``db`` already holds the run ``run``."""
+    if not db.exists():
+        return False
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute("select 1 from runs where run_name = ?", (run,)).fetchone() is not None
+    except sqlite3.Error:
+        return False
+    finally:
+        con.close()
+
+
 def backup(db: Path, dest: Path) -> None:
     src = sqlite3.connect(db)
     dst = sqlite3.connect(dest)
@@ -111,14 +126,28 @@ def main() -> int:
                    "--db", str(a.db), "--display", "plain", "--no-report"]
             if a.limit:
                 cmd += ["--ids", f"1-{a.limit}"]
+            if has_run(a.db, f"sweep-{ph}"):
+                cmd.append("--resume")  # cut by an earlier call's budget: continue where it stopped
             t0 = time.monotonic()
             with open(a.out / f"sweep_{ph}.log", "w") as log:
-                p = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=left)
+                p = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                try:
+                    rc = p.wait(timeout=left)
+                except subprocess.TimeoutExpired:
+                    # out of budget: stop the run and its workers (SIGINT, as Ctrl-C: the store marks the run interrupted; then SIGKILL); the next call resumes
+                    times["timed_out"] = True
+                    for sig, grace in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
+                        try:
+                            os.killpg(p.pid, sig)
+                            rc = p.wait(timeout=grace)
+                            break
+                        except (ProcessLookupError, subprocess.TimeoutExpired):
+                            rc = None
             times[f"{ph}_wall_s"] = round(time.monotonic() - t0, 1)
-            times[f"{ph}_rc"] = p.returncode
-            print(f"{ph}: {times[f'{ph}_wall_s']} s (rc {p.returncode})", flush=True)
-    except subprocess.TimeoutExpired:
-        times["timed_out"] = True
+            times[f"{ph}_rc"] = rc
+            print(f"{ph}: {times[f'{ph}_wall_s']} s (rc {rc})", flush=True)
+            if times.get("timed_out"):
+                break
     finally:
         (a.out / "sweep_times.json").write_text(json.dumps(times, indent=2))
         if a.db.exists():
