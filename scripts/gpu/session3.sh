@@ -9,6 +9,7 @@
 #   exploits  scripts/gpu/exploits.py, the GPU-only exploit kinds (issue 4)
 #   repeat    scripts/gpu/repeatability.py: 20 level-1 candidates, kbench and kernelbench protocols,
 #             each in its own store (issue 3)
+#   repeatpar the same on two GPUs at once: kbench's runs A and B on GPU 0, kernelbench's on GPU 1
 #   ncu       scripts/gpu/ncu_fidelity.py: kbench's time next to Nsight Compute's (issue 3)
 #   sweep     scripts/gpu/sweep.py over KernelBench levels 1-3 (issue 7)
 # Needs .whl/ (sqlalchemy, greenlet, alembic, mako, tenacity for Python 3.12) and .data/ (copies of
@@ -68,6 +69,22 @@ for phase in ${PHASES//,/ }; do
       timeout ${T_REPEAT:-300} python3 scripts/gpu/repeatability.py --store $DB --run kernelsseum \
         --generations .data/kernelsseum-v0/generations.jsonl --problems .data/kernelsseum-v0/problems \
         --out "$OUT" >> "$OUT/session.log" 2>&1 ;;
+    repeatpar)
+      # two GPUs of one host: protocol kbench's runs A and B on GPU 0, kernelbench's on GPU 1, at the same
+      # time, each run pair on one GPU inside one call, each half of the cores (so the slots' timing-core
+      # pinning of one does not land on the other's cores)
+      half=$(( $(nproc) / 2 ))
+      i=0
+      for proto in kbench kernelbench; do
+        lo=$(( i * half )); hi=$(( lo + half - 1 ))
+        CUDA_VISIBLE_DEVICES=$i timeout ${T_REPEAT:-300} taskset -c $lo-$hi python3 scripts/gpu/repeatability.py \
+          --store $DB --run kernelsseum --generations .data/kernelsseum-v0/generations.jsonl \
+          --problems .data/kernelsseum-v0/problems --protocols $proto --work results/kbrepeat-$proto \
+          --out "$OUT/repeat-$proto" > "$OUT/repeat-$proto.log" 2>&1 &
+        i=$(( i + 1 ))
+      done
+      wait
+      tail -5 "$OUT"/repeat-*.log >> "$OUT/session.log" ;;
     ncu)
       timeout ${T_NCU:-90} python3 scripts/gpu/ncu_fidelity.py --store $DB --run ${NCU_RUN:-kernelsseum} \
         --generations .data/kernelsseum-v0/generations.jsonl --problems .data/kernelsseum-v0/problems \
