@@ -20,6 +20,35 @@ from typing import Any
 __all__ = ["collect_fingerprint", "read_gpu_clocks", "hardware_fingerprint", "software_fingerprint"]
 
 
+def visible_device_id(index: int | str, env: str | None = None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value that selects logical GPU ``index`` of this process alone.
+
+    Logical indices (``--gpus 0,1``, ``cuda:0``) count the GPUs this process sees. When the user, a
+    cluster scheduler or Ray already restricted them (``CUDA_VISIBLE_DEVICES=2,3``), logical index 0
+    is physical GPU 2: a worker must get ``"2"``, not ``"0"``, or it runs (and times) on a GPU that
+    was not given to this run, possibly beside another run's timing.
+
+    Args:
+        index: logical GPU index (0-based), as an int or a digit string.
+        env: the inherited ``CUDA_VISIBLE_DEVICES`` (default: this process's environment); entries
+            may be indices, ``GPU-<uuid>`` or ``MIG-<uuid>`` strings.
+
+    Returns:
+        The entry to put in a child's ``CUDA_VISIBLE_DEVICES``.
+
+    Raises:
+        ValueError: ``index`` is beyond the visible GPUs.
+    """
+    i = int(index)
+    env = os.environ.get("CUDA_VISIBLE_DEVICES") if env is None else env
+    if env is None or not env.strip():
+        return str(i)
+    entries = [e.strip() for e in env.split(",") if e.strip()]
+    if i < 0 or i >= len(entries):
+        raise ValueError(f"GPU index {i} is not among CUDA_VISIBLE_DEVICES={env!r} ({len(entries)} visible)")
+    return entries[i]
+
+
 def _smi(query: str, index: int | None = None) -> list[str]:
     exe = shutil.which("nvidia-smi")
     if not exe:

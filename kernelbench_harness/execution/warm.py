@@ -27,7 +27,10 @@ log = logging.getLogger(__name__)
 
 def _init(device_index: str | None, threads: int) -> None:
     if device_index is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = device_index
+        from ..hardware import visible_device_id
+
+        # the logical index mapped through the inherited CUDA_VISIBLE_DEVICES (the run's own GPU)
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_device_id(device_index)
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))
 
 

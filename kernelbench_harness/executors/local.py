@@ -173,7 +173,10 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)  # the zygote and every candidate process inherit it
     if device.startswith("cuda:"):
-        os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+        from ..hardware import visible_device_id
+
+        # a logical index of this run's visible GPUs, mapped through an inherited restriction
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_device_id(device.split(":", 1)[1])
         dev = "cuda:0"
     else:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
