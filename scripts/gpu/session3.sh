@@ -84,7 +84,7 @@ for phase in ${PHASES//,/ }; do
         i=$(( i + 1 ))
       done
       wait
-      tail -5 "$OUT"/repeat-*.log >> "$OUT/session.log" ;;
+      tail -n 5 "$OUT"/repeat-*.log >> "$OUT/session.log" ;;
     ncu)
       timeout ${T_NCU:-90} python3 scripts/gpu/ncu_fidelity.py --store $DB --run ${NCU_RUN:-kernelsseum} \
         --generations .data/kernelsseum-v0/generations.jsonl --problems .data/kernelsseum-v0/problems \
