@@ -32,6 +32,7 @@ from .build import build_pch, kill_group, pch_enabled, pch_request_ok
 from .channel import ChannelError, ChannelTimeout
 from .process import Launcher
 from .sandbox import clean_environment
+from .scratch import claim_scratch, release_fd
 
 __all__ = ["BuildPool", "BuildOutcome", "needs_build"]
 
@@ -107,8 +108,7 @@ class BuildPool:
         self.timeout_s = timeout_s
         self.sandbox = sandbox
         base = Path(scratch_dir) if scratch_dir else Path(tempfile.gettempdir()) / "kbench"
-        base.mkdir(parents=True, exist_ok=True)
-        self.scratch = Path(tempfile.mkdtemp(prefix="kbbuild_", dir=base))
+        self.scratch, self._scratch_fd = claim_scratch(base, "kbbuild_")  # a killed run's folder is swept later
         extra = {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2"}
         if arch_list:
             extra["TORCH_CUDA_ARCH_LIST"] = arch_list
@@ -357,3 +357,4 @@ class BuildPool:
             t.join(10)
         self.launcher.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        self._scratch_fd = release_fd(self._scratch_fd)

@@ -36,6 +36,7 @@ from .channel import ChannelClosed, ChannelError, ChannelTimeout
 from .guards import apply_tf32, cheat_findings, static_findings
 from .process import ChildHandle, Launcher
 from .sandbox import clean_environment, site_write_dirs
+from .scratch import claim_scratch, release_fd
 from .tensorio import TensorFormatError, encode_value, read_tensor, write_tensor
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
 
@@ -306,8 +307,8 @@ class DeviceEvaluator:
         self.timing_lock = timing_lock
         self.physical_device = physical_device or str(self.device)
         base = Path(scratch_dir) if scratch_dir else _default_scratch()
-        base.mkdir(parents=True, exist_ok=True)
-        self.scratch = Path(tempfile.mkdtemp(prefix="kbdev_", dir=base))
+
+        self.scratch, self._scratch_fd = claim_scratch(base, "kbdev_")  # a killed run's folder is swept later
         self.build_cache = Path(build_cache) if build_cache else None
         self.sandbox_on = sandbox
         self.memory_limit = memory_limit_bytes or _default_memory_limit()
@@ -562,6 +563,7 @@ class DeviceEvaluator:
         self._contexts.clear()
         self.launcher.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        self._scratch_fd = release_fd(self._scratch_fd)
 
     # -- internals -------------------------------------------------------------------------------
     def _sandbox_cfg(self, jobdir: Path, timeout_s: float) -> dict[str, Any] | None:
