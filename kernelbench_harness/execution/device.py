@@ -36,7 +36,7 @@ from .channel import ChannelClosed, ChannelError, ChannelTimeout
 from .guards import apply_tf32, cheat_findings, static_findings
 from .process import ChildHandle, Launcher
 from .sandbox import clean_environment, site_write_dirs
-from .scratch import claim_scratch, release_fd
+from .scratch import HostDeviceLock, claim_scratch, release_fd
 from .tensorio import TensorFormatError, encode_value, read_tensor, write_tensor
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
 
@@ -306,6 +306,13 @@ class DeviceEvaluator:
         self.device = torch.device(device if device != "cuda" else "cuda:0")
         self.timing_lock = timing_lock
         self.physical_device = physical_device or str(self.device)
+        # the device's identity on this host, for the host-wide timing lock (CUDA devices only)
+        self.host_lock_key: str | None = None
+        if self.device.type == "cuda":
+            props = torch.cuda.get_device_properties(self.device)
+            ident = str(getattr(props, "uuid", "") or "") or "pci-{}-{}-{}".format(
+                getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0), getattr(props, "pci_device_id", 0))
+            self.host_lock_key = f"gpu-{ident}"
         base = Path(scratch_dir) if scratch_dir else _default_scratch()
 
         self.scratch, self._scratch_fd = claim_scratch(base, "kbdev_")  # a killed run's folder is swept later
@@ -384,8 +391,13 @@ class DeviceEvaluator:
         lock = self.timing_lock
         if lock is not None:
             lock.acquire()
+        # and the host-wide lock of the physical device: another kbench run on this host times there too
+        host_lock = HostDeviceLock(self.host_lock_key) if self.host_lock_key else None
+        waited = host_lock.acquire() if host_lock is not None else None
         window: dict[str, Any] = {"what": what, "device": self.physical_device, "pid": os.getpid(),
                                   "start": time.time()}
+        if waited is not None:
+            window["host_lock_wait_s"] = round(waited, 3)
         cpu0 = _host_cpu_times()
         try:
             yield window
@@ -396,6 +408,8 @@ class DeviceEvaluator:
                 # how busy the host's CPUs were meanwhile (builds, warm-ups, other slots): a busy host
                 # delays kernel launches, which CUDA events then count as device time
                 window["host_cpu_busy"] = round(1.0 - (cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]), 3)
+            if host_lock is not None:
+                host_lock.release()
             if lock is not None:
                 lock.release()
 

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-__all__ = ["claim_scratch", "release_fd", "sweep_stale_scratch"]
+__all__ = ["HostDeviceLock", "claim_scratch", "release_fd", "sweep_stale_scratch"]
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +84,48 @@ def release_fd(fd: int) -> int:
         except OSError:
             pass
     return -1
+
+
+class HostDeviceLock:
+    """An exclusive lock on one physical device, shared by every kbench process on this host.
+
+    The timing lock that a run's slots share covers one run only. Two runs on one host (two users, or
+    two runs restricted to the same GPU) would time on the same device at once, and each would
+    measure the other's kernels as its own time. This lock, an ``flock`` on
+    ``$TMPDIR/kbench-locks/<key>.lock``, keeps their timing windows apart too. It does not reach
+    processes in other containers with their own ``/tmp``.
+
+    Args:
+        key: the device's identity on the host (a GPU's UUID or PCI bus id); characters outside
+            ``[A-Za-z0-9_.-]`` are replaced.
+        folder: where the lock files live (default ``$TMPDIR/kbench-locks``).
+    """
+
+    def __init__(self, key: str, folder: Path | None = None) -> None:
+        safe = "".join(c if c.isalnum() or c in "_.-" else "_" for c in key) or "device"
+        self.folder = folder or Path(tempfile.gettempdir()) / "kbench-locks"
+        self.path = self.folder / f"{safe}.lock"
+        self._fd = -1
+
+    def acquire(self) -> float:
+        """Block until this process holds the lock; returns the seconds waited."""
+        import time
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return time.perf_counter() - t0
+
+    def release(self) -> None:
+        """Release the lock (a no-op when not held)."""
+        if self._fd >= 0:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            finally:
+                self._fd = release_fd(self._fd)
