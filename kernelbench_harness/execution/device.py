@@ -314,7 +314,6 @@ class DeviceEvaluator:
                 getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0), getattr(props, "pci_device_id", 0))
             self.host_lock_key = f"gpu-{ident}"
         base = Path(scratch_dir) if scratch_dir else _default_scratch()
-
         self.scratch, self._scratch_fd = claim_scratch(base, "kbdev_")  # a killed run's folder is swept later
         self.build_cache = Path(build_cache) if build_cache else None
         self.sandbox_on = sandbox

@@ -1,4 +1,5 @@
-"""Scratch folders that a killed run does not leave behind.
+"""Host-wide files of kbench processes: scratch folders a killed run does not leave behind, and the
+per-device timing lock that separate runs on one host share (:class:`HostDeviceLock`).
 
 Device slots keep each problem's input sets and every candidate's outputs in a scratch folder, on
 ``/dev/shm`` when it has room. A run killed with SIGKILL (or a machine's OOM killer) cannot remove its
@@ -16,6 +17,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 __all__ = ["HostDeviceLock", "claim_scratch", "release_fd", "sweep_stale_scratch"]
@@ -109,8 +111,6 @@ class HostDeviceLock:
 
     def acquire(self) -> float:
         """Block until this process holds the lock; returns the seconds waited."""
-        import time
-
         self.folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)

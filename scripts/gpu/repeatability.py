@@ -32,6 +32,9 @@ from pathlib import Path
 
 import numpy
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep import has_run  # noqa: E402  (one copy of the store check)
+
 REPO = Path(__file__).resolve().parents[2]
 
 ROWS_SQL = """
@@ -76,18 +79,6 @@ def pick(store: Path, run: str, generations: Path, n: int) -> list[dict]:
         if len(chosen) == n:
             break
     return chosen
-
-
-def has_run(db: Path, run: str) -> bool:
-    """Whether the SQLite store ``db`` holds a run named ``run`` (so ``kbench run`` must be told ``--resume``)."""
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            return con.execute("select 1 from runs where run_name = ?", (run,)).fetchone() is not None
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return False
 
 
 def rel_delta(a: float, b: float) -> float:
@@ -156,7 +147,7 @@ def main() -> int:
                    "--problems", a.problems, "--level", "1", "--ids", ids, "--protocol", proto,
                    "--db", str(db), "--run-name", name, "--no-report", "--display", "plain",
                    "--warm-workers", a.warm_workers]
-            if db.exists() and has_run(db, name):
+            if has_run(db, name):
                 cmd.append("--resume")
             p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
             rows = read_rows(db, name)

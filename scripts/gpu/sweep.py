@@ -141,7 +141,10 @@ def main() -> int:
                             os.killpg(p.pid, sig)
                             rc = p.wait(timeout=grace)
                             break
-                        except (ProcessLookupError, subprocess.TimeoutExpired):
+                        except ProcessLookupError:
+                            rc = p.wait()  # it ended meanwhile
+                            break
+                        except subprocess.TimeoutExpired:
                             rc = None
             times[f"{ph}_wall_s"] = round(time.monotonic() - t0, 1)
             times[f"{ph}_rc"] = rc
