@@ -70,6 +70,72 @@ def read_gpu_clocks(index: int | None = None) -> list[dict[str, str]]:
     return [dict(zip(keys, (c.strip() for c in r.split(",")))) for r in rows]
 
 
+class NvmlProbe:
+    """Reads one GPU's clocks, temperature, power and clock-event reasons through NVML (ctypes on
+    ``libnvidia-ml.so.1``, no Python package), cheaply enough (tens of microseconds) to sample at the
+    start and end of every timing window.
+
+    Args:
+        uuid: the GPU's UUID as torch reports it (``torch.cuda.get_device_properties(d).uuid``), with or
+            without NVML's ``GPU-`` prefix.
+
+    :meth:`sample` returns None when NVML or the device is not available (no driver, a CPU run, a MIG
+    instance NVML does not resolve); nothing raises.
+    """
+
+    _lib: Any = None
+    _ok: bool | None = None
+
+    def __init__(self, uuid: str) -> None:
+        self.handle: Any = None
+        lib = self._load()
+        if lib is None or not uuid:
+            return
+        import ctypes
+
+        for cand in (uuid, f"GPU-{uuid}", f"MIG-{uuid}"):
+            h = ctypes.c_void_p()
+            if lib.nvmlDeviceGetHandleByUUID(cand.encode(), ctypes.byref(h)) == 0:
+                self.handle = h
+                break
+
+    @classmethod
+    def _load(cls) -> Any:
+        if cls._ok is None:
+            cls._ok = False
+            try:
+                import ctypes
+
+                lib = ctypes.CDLL("libnvidia-ml.so.1")
+                if lib.nvmlInit_v2() == 0:
+                    cls._lib, cls._ok = lib, True
+            except (OSError, AttributeError):
+                pass
+        return cls._lib if cls._ok else None
+
+    def sample(self) -> dict[str, Any] | None:
+        """``{"sm_mhz", "mem_mhz", "temp_c", "power_w", "reasons"}`` now (``reasons``: NVML's bit mask
+        of why clocks are held below the maximum, 0 = none; 1 = GPU idle, 4 = software power cap,
+        0x20/0x40/0x80 = thermal or hardware slowdown), or None."""
+        if self.handle is None:
+            return None
+        import ctypes
+
+        lib = self._lib
+        sm, mem, temp, mw = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+        reasons = ctypes.c_ulonglong()
+        if lib.nvmlDeviceGetClockInfo(self.handle, 1, ctypes.byref(sm)) != 0:
+            return None
+        lib.nvmlDeviceGetClockInfo(self.handle, 2, ctypes.byref(mem))
+        lib.nvmlDeviceGetTemperature(self.handle, 0, ctypes.byref(temp))
+        lib.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(mw))
+        fn = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        fn(self.handle, ctypes.byref(reasons))
+        return {"sm_mhz": sm.value, "mem_mhz": mem.value, "temp_c": temp.value,
+                "power_w": round(mw.value / 1000.0, 1), "reasons": reasons.value}
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:

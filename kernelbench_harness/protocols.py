@@ -36,6 +36,11 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 PROTOCOL_NAMES = ("kbench", "kernelbench", "cuda-agent")
 
 
+# timing settings added after protocols were first stored: 0 when a stored protocol lacks them, and
+# left out of the fingerprints while 0 (so older stores keep their keys)
+_ZERO_WHEN_ABSENT = ("warmup_ms", "min_time_s")
+
+
 @dataclass(frozen=True, slots=True)
 class Tolerance:
     """``allclose`` tolerances: ``|a - b| <= atol + rtol * |b|`` elementwise."""
@@ -75,6 +80,12 @@ class Protocol:
         timer: ``cuda_events`` | ``profiler`` | ``wall`` (on a CPU device every protocol uses ``wall``).
         l2_flush: ``none`` | ``fixed`` (``l2_flush_bytes``) | ``device`` (max(2 x device L2, l2_flush_bytes)).
         warmup: warm-up calls before timing.
+        warmup_ms: after the ``warmup`` calls, keep warming up (L2 flush, call, synchronise, as in the
+            timed loop) until this many milliseconds of wall time have passed (0 = calls only). A GPU
+            left idle drops its clocks, and a few calls of a short kernel end before they are back up.
+        min_time_s: adaptive timing does not stop on the confidence interval before this many seconds
+            of timed trials (0 = as soon as the interval is narrow enough), so a short kernel's median
+            spans more than a few milliseconds of the machine's state.
         trials: timed trials (fixed), or the minimum when ``adaptive``.
         max_trials, target_ci_rel, time_budget_s: adaptive stopping: stop when the median's 95% CI
             half-width is within ``target_ci_rel`` of the median, at ``max_trials``, or after
@@ -126,9 +137,11 @@ class Protocol:
     l2_flush: str = "device"
     l2_flush_bytes: int = 256 * 1024 * 1024
     warmup: int = 5
+    warmup_ms: float = 100.0
     trials: int = 20
+    min_time_s: float = 0.25
     adaptive: bool = True
-    max_trials: int = 400
+    max_trials: int = 2000
     target_ci_rel: float = 0.01
     time_budget_s: float = 4.0
     discard_first: bool = False
@@ -164,6 +177,9 @@ class Protocol:
         kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
         if "name" in d and "alternate_rounds" not in d:
             kw["alternate_rounds"] = 1  # stored before the field existed: nothing alternated
+        for name in _ZERO_WHEN_ABSENT:
+            if "name" in d and name not in d:
+                kw[name] = 0.0  # stored before the field existed: warm-up by count, no minimum time
         if "tolerances" in kw:
             kw["tolerances"] = {k: (v if isinstance(v, Tolerance) else Tolerance(*v)) for k, v in kw["tolerances"].items()}
         if "baseline_modes" in kw:
@@ -171,8 +187,14 @@ class Protocol:
         return cls(**kw)
 
     def fingerprint(self) -> str:
-        """Short hash of every setting; baselines and results are keyed by it."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        """Short hash of every setting; baselines and results are keyed by it. Settings added later
+        (``_ZERO_WHEN_ABSENT``) count only when they are not 0, so a protocol stored before they
+        existed keeps its hash."""
+        d = self.to_dict()
+        for name in _ZERO_WHEN_ABSENT:
+            if not d.get(name):
+                d.pop(name, None)
+        blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def timing_fingerprint(self) -> str:
@@ -180,7 +202,9 @@ class Protocol:
         keys = ("precision", "timer", "l2_flush", "l2_flush_bytes", "warmup", "trials", "adaptive", "max_trials",
                 "target_ci_rel", "discard_first", "statistic", "round_sig", "rotate_inputs", "reference_no_grad",
                 "tf32", "alternate_rounds")
-        blob = json.dumps({k: getattr(self, k) for k in keys}, sort_keys=True).encode()
+        d = {k: getattr(self, k) for k in keys}
+        d.update({k: getattr(self, k) for k in _ZERO_WHEN_ABSENT if getattr(self, k)})
+        blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -200,6 +224,8 @@ _BASE: dict[str, Protocol] = {
         l2_flush="fixed",
         l2_flush_bytes=256 * 1024 * 1024,
         warmup=3,
+        warmup_ms=0.0,  # KernelBench: 3 warm-up calls, no minimum time
+        min_time_s=0.0,
         trials=100,  # + the discarded first one: 101 timed calls, 100 kept
         adaptive=False,
         max_trials=100,
@@ -229,6 +255,8 @@ _BASE: dict[str, Protocol] = {
         timer="profiler",
         l2_flush="none",
         warmup=5,
+        warmup_ms=0.0,  # CUDA Agent: 5 warm-up calls, no minimum time
+        min_time_s=0.0,
         trials=10,
         adaptive=False,
         max_trials=10,

@@ -754,3 +754,54 @@ def test_one_table_refuses_results_of_two_protocols(two_protocol_store: Any) -> 
     assert "protocol" in mixed.columns or "protocol_fingerprint" in mixed.columns
     with pytest.raises((ValueError, KbenchError)):
         summarize_run(mixed, [AFFINE], n_resamples=10)
+
+
+def test_time_based_warm_up_and_minimum_time_hold_a_fast_callable_for_their_whole_span() -> None:
+    # 5 warm-up calls of a fast callable end long before 40 ms; the adaptive loop's CI is narrow after 20
+    # trials of it, but it must keep timing for min_time_s (a GPU idle beforehand ramps its clocks then)
+    s = timing.TimerSettings(timer="wall", warmup=5, trials=20, adaptive=True, max_trials=100000,
+                             target_ci_rel=0.5, time_budget_s=10.0, warmup_ms=40.0, min_time_s=0.08)
+    calls: list[float] = []
+
+    def fn(i: int) -> None:
+        calls.append(time.perf_counter())
+        time.sleep(0.0005)
+
+    t0 = time.perf_counter()
+    stats, info = timing.time_callable(fn, CPU, s)
+    warm = info["warmup_calls"]
+    assert warm > 5 and info["warmup_s"] >= 0.04
+    assert calls[warm - 1] - calls[0] < 0.06  # the warm-up stopped once its 40 ms had passed
+    assert info["elapsed_s"] >= 0.08 and info["stopped"] == "ci"
+    assert stats.n == len(calls) - warm > 20
+    assert time.perf_counter() - t0 < 2.0
+    # without them: 5 warm-up calls and 20 trials (the CI is already within 50%)
+    s0 = timing.TimerSettings(timer="wall", warmup=5, trials=20, adaptive=True, max_trials=100000,
+                              target_ci_rel=0.5, time_budget_s=10.0)
+    calls.clear()
+    stats0, info0 = timing.time_callable(fn, CPU, s0)
+    assert info0["warmup_calls"] == 5 and stats0.n == 20
+
+
+def test_kbench_warms_up_by_time_and_times_for_a_minimum_while_the_others_keep_their_procedures(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timing, "l2_flush_bytes_for", lambda *a: 0)  # no CUDA device on this machine
+    kb, kbm, ca = get_protocol("kbench"), get_protocol("kernelbench"), get_protocol("cuda-agent")
+    assert (kb.warmup_ms, kb.min_time_s) == (100.0, 0.25) and kb.max_trials >= 2000
+    assert (kbm.warmup_ms, kbm.min_time_s, ca.warmup_ms, ca.min_time_s) == (0.0, 0.0, 0.0, 0.0)
+    cuda = torch.device("cuda")
+    # the GPU timer gets them; a CPU smoke run does not
+    assert (timing.TimerSettings.from_protocol(kb, cuda).warmup_ms, timing.TimerSettings.from_protocol(kb, cuda).min_time_s) == (100.0, 0.25)
+    assert (timing.TimerSettings.from_protocol(kb, CPU).warmup_ms, timing.TimerSettings.from_protocol(kb, CPU).min_time_s) == (0.0, 0.0)
+    # a protocol stored before the fields existed reads back without them, with its fingerprints unchanged
+    old = kbm.to_dict()
+    del old["warmup_ms"], old["min_time_s"]
+    back = Protocol.from_dict(old)
+    assert (back.warmup_ms, back.min_time_s) == (0.0, 0.0)
+    assert back.fingerprint() == kbm.fingerprint() == "db9af2d9e5bc213b"  # as stored by the 2026-12-01 runs
+    assert back.timing_fingerprint() == kbm.timing_fingerprint()
+    old_kb = kb.to_dict()
+    del old_kb["warmup_ms"], old_kb["min_time_s"]
+    assert (Protocol.from_dict(old_kb).warmup_ms, Protocol.from_dict(old_kb).min_time_s) == (0.0, 0.0)
+    # and kbench's new timer is a different baseline key from the old one
+    assert Protocol.from_dict(old_kb).timing_fingerprint() != kb.timing_fingerprint()

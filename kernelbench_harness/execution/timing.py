@@ -10,9 +10,16 @@ Timers (chosen by the protocol; a CPU device always uses the wall clock):
   warm-ups; time = summed device time of the kernels / iterations.
 - ``wall``: ``time.perf_counter_ns`` around each call.
 
-Adaptive trials (``kbench`` protocol): after ``trials`` trials, continue until the 95% confidence
-interval of the median is within ``target_ci_rel`` of the median, ``max_trials`` is reached, or
-``time_budget_s`` seconds of timing have passed.
+Warm-up: ``warmup`` calls, then (``warmup_ms`` > 0) more calls, each after an L2 flush and followed
+by a synchronise as in the timed loop, until ``warmup_ms`` milliseconds of wall time have passed
+since the first. A GPU left idle drops its clocks; a few calls of a short kernel (5 calls of a
+0.1 ms kernel) end before the clocks are back up, and the first trials then measure the ramp.
+
+Adaptive trials (``kbench`` protocol): after ``trials`` trials and at least ``min_time_s`` seconds of
+timing, continue until the 95% confidence interval of the median is within ``target_ci_rel`` of the
+median; stop early at ``max_trials`` or after ``time_budget_s`` seconds of timing. The minimum time
+makes a short kernel's median cover more than a few milliseconds of the machine's state: a 95% CI
+of the median within 1% after 20 trials of a 0.1 ms kernel says little about the next run.
 
 The timer functions are captured when this module is imported. In a candidate worker that happens
 before the candidate's code is imported, so a candidate that replaces ``torch.cuda.Event.elapsed_time``
@@ -118,6 +125,8 @@ class TimerSettings:
     max_trials: int = 200
     target_ci_rel: float = 0.01
     time_budget_s: float = 5.0
+    warmup_ms: float = 0.0
+    min_time_s: float = 0.0
     discard_first: bool = False
     statistic: str = "median"
     l2_flush_bytes: int = 0
@@ -126,7 +135,8 @@ class TimerSettings:
     @classmethod
     def from_protocol(cls, protocol: Any, device: torch.device) -> "TimerSettings":
         """Settings of ``protocol`` on ``device``; a CPU device uses the wall clock and at most 1 s of
-        adaptive timing (CPU runs are smoke tests of the pipeline, not kernel measurements)."""
+        adaptive timing and no time-based warm-up or minimum timing time (CPU runs are smoke tests of
+        the pipeline, not kernel measurements)."""
         timer = protocol.timer if device.type == "cuda" else "wall"
         flush = 0
         if device.type == "cuda" and protocol.l2_flush != "none":
@@ -134,6 +144,8 @@ class TimerSettings:
         return cls(timer=timer, warmup=protocol.warmup, trials=protocol.trials, adaptive=protocol.adaptive,
                    max_trials=protocol.max_trials, target_ci_rel=protocol.target_ci_rel,
                    time_budget_s=protocol.time_budget_s if device.type == "cuda" else min(1.0, protocol.time_budget_s),
+                   warmup_ms=float(getattr(protocol, "warmup_ms", 0.0)) if device.type == "cuda" else 0.0,
+                   min_time_s=float(getattr(protocol, "min_time_s", 0.0)) if device.type == "cuda" else 0.0,
                    discard_first=protocol.discard_first,
                    statistic=protocol.statistic, l2_flush_bytes=flush, round_sig=protocol.round_sig)
 
@@ -216,23 +228,36 @@ def time_callable(
 
     Returns:
         ``(stats, info)``: stats in ms over the kept trials; ``info`` holds ``synced_ms`` (per-trial
-        host time of call + device-wide synchronise, cuda_events only), ``elapsed_s`` and ``stopped``
-        (``ci``, ``max_trials``, ``budget``, ``fixed``).
+        host time of call + device-wide synchronise, cuda_events only), ``elapsed_s`` (timed loop,
+        seconds), ``warmup_calls`` and ``warmup_s`` (all warm-up calls and their wall seconds) and
+        ``stopped`` (``ci``, ``max_trials``, ``budget``, ``fixed``).
     """
     is_cuda = device.type == "cuda"
     timer = settings.timer if is_cuda else "wall"
     if timer == "profiler":
         return _time_profiler(fn, device, settings)
     flush = _Flusher(device, settings.l2_flush_bytes) if is_cuda else None
+    w0 = _perf_counter_ns()
+    i = 0
     for i in range(settings.warmup):
         fn(i)
+    i = settings.warmup
     if is_cuda:
         _synchronize(device)
+    # time-based warm-up: the timed loop's rhythm (flush, call, synchronise) until warmup_ms have passed
+    while settings.warmup_ms > 0 and (_perf_counter_ns() - w0) / 1e6 < settings.warmup_ms:
+        if flush is not None:
+            flush()
+        fn(i)
+        i += 1
+        if is_cuda:
+            _synchronize(device)
+    warmup_calls, warmup_s = i, (_perf_counter_ns() - w0) / 1e9
     samples: list[float] = []
     synced: list[float] = []
     t0 = _perf_counter_ns()
     stopped = "fixed"
-    i = 0
+    i = 0  # the timed trials are numbered from 0 again (callers rotate input sets by it)
     target_n = settings.trials + (1 if settings.discard_first else 0)
     while True:
         if between is not None:
@@ -267,7 +292,7 @@ def time_callable(
         if (_perf_counter_ns() - t0) / 1e9 > settings.time_budget_s and n >= min(settings.trials, 3):
             stopped = "budget"
             break
-        if n >= settings.trials:
+        if n >= settings.trials and (_perf_counter_ns() - t0) / 1e9 >= settings.min_time_s:
             kept = sorted(samples[1:] if settings.discard_first else samples)
             lo, hi = median_ci95(kept)
             med = statistics.median(kept)
@@ -279,7 +304,7 @@ def time_callable(
         synced = synced[1:]
     stats = summarize_samples(samples, timer=timer, statistic=settings.statistic, round_to=settings.round_sig)
     info = {"synced_ms": synced, "elapsed_s": (_perf_counter_ns() - t0) / 1e9, "stopped": stopped,
-            "l2_flush_bytes": settings.l2_flush_bytes}
+            "l2_flush_bytes": settings.l2_flush_bytes, "warmup_calls": warmup_calls, "warmup_s": round(warmup_s, 4)}
     return stats, info
 
 

@@ -10,6 +10,8 @@
 #   repeat    scripts/gpu/repeatability.py: 20 level-1 candidates, kbench and kernelbench protocols,
 #             each in its own store (issue 3)
 #   repeatpar the same on two GPUs at once: kbench's runs A and B on GPU 0, kernelbench's on GPU 1
+#   drift     scripts/gpu/timing_drift.py: short kernels' eager times window to window and process to
+#             process, timer settings before and after the time-based warm-up (issue 3)
 #   ncu       scripts/gpu/ncu_fidelity.py: kbench's time next to Nsight Compute's (issue 3)
 #   sweep     scripts/gpu/sweep.py over KernelBench levels 1-3 (issue 7)
 # Needs .whl/ (sqlalchemy, greenlet, alembic, mako, tenacity for Python 3.12) and .data/ (copies of
@@ -68,7 +70,18 @@ for phase in ${PHASES//,/ }; do
     repeat)
       timeout ${T_REPEAT:-300} python3 scripts/gpu/repeatability.py --store $DB --run kernelsseum \
         --generations .data/kernelsseum-v0/generations.jsonl --problems .data/kernelsseum-v0/problems \
-        --out "$OUT" >> "$OUT/session.log" 2>&1 ;;
+        ${REPEAT_PROTOCOLS:+--protocols $REPEAT_PROTOCOLS} --out "$OUT" >> "$OUT/session.log" 2>&1
+      rc=$?
+      # the runs' stores (raw samples, windows, clocks) for the analysis elsewhere
+      mkdir -p "$OUT/repeat-dbs"
+      for f in results/kbrepeat/*.db; do
+        [ -f "$f" ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" "$f" "$OUT/repeat-dbs/$(basename $f)"
+      done
+      gzip -f "$OUT"/repeat-dbs/*.db 2>/dev/null
+      (exit $rc) ;;
+    drift)
+      timeout ${T_DRIFT:-120} python3 scripts/gpu/timing_drift.py --problems .data/kernelsseum-v0/problems \
+        --out "$OUT/drift.json" --windows ${DRIFT_WINDOWS:-4} >> "$OUT/session.log" 2>&1 ;;
     repeatpar)
       # two GPUs of one host: protocol kbench's runs A and B on GPU 0, kernelbench's on GPU 1, at the same
       # time, each run pair on one GPU inside one call, each half of the cores (so the slots' timing-core
