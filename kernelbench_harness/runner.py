@@ -593,6 +593,10 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             end_fp["clocks_end"] = read_gpu_clocks()
         except Exception:
             pass
+        if warm_info:
+            # the torch.compile warm-up: per problem its modes' seconds, and (GPU) its waits for the device
+            # lock and the epochs of its GPU work, to check against the timing windows' epochs
+            end_fp["warm"] = warm_info
         store.set_run_status(run_name, status, hardware=end_fp)
         return RunSummary(run_name=run_name, db_url=store.safe_url, outcomes=outcomes, evaluated=n_eval,
                           skipped_done=skipped, wall_s=time.perf_counter() - t_run, phase_s=phase_s,

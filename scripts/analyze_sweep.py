@@ -79,9 +79,12 @@ def main() -> int:
         if slot:  # the trusted side's split of each candidate's evaluation
             print("   inside the device slot: " + ", ".join(f"{k[5:]} {v:.1f} s" for k, v in
                                                           sorted(slot.items(), key=lambda kv: -kv[1])))
-        warm = (info.config or {}).get("warm")
+        warm = (info.config or {}).get("warm") or (info.hardware or {}).get("warm")
         if warm:
-            print(f"   warm-up: {warm}")
+            per = {k: v for k, v in warm.items() if isinstance(v, dict)}
+            waits = sum(float(v.get("_lock_wait_s") or 0.0) for v in per.values())
+            print(f"   warm-up: {len(per)} problem(s) in {warm.get('_wall_s')} s, {waits:.1f} s waiting for the "
+                  "device lock")
     return 0
 
 

@@ -36,7 +36,7 @@ from .channel import ChannelClosed, ChannelError, ChannelTimeout
 from .guards import apply_tf32, cheat_findings, static_findings
 from .process import ChildHandle, Launcher
 from .sandbox import clean_environment, site_write_dirs
-from .scratch import HostDeviceLock, claim_scratch, release_fd
+from .scratch import HostDeviceLock, claim_scratch, device_lock_key, release_fd
 from .tensorio import TensorFormatError, encode_value, read_tensor, write_tensor
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
 
@@ -120,12 +120,62 @@ def _detach_outputs(out: Any) -> list[Any]:
 class ProblemContext:
     """Reference state for one problem under one protocol and run seed (inputs, outputs, weights).
 
+    Reference outputs are *stored* (``refs``, and their float64 twins ``refs64`` for the
+    ``fp64-bound`` judge, one list per input set) when keeping them all on the device costs no more
+    than ``ref_budget_bytes``; above it the context is *lazy* (``lazy_refs``): it keeps none, and
+    :meth:`compare` evaluates the set's reference (and float64 twin) again on the device, judges and
+    frees them. Set 0's reference is always computed once at set-up (the nondeterminism check and
+    ``out_nbytes``); in lazy mode the other sets' are never computed there. A reference flagged
+    ``nondeterministic-reference`` cannot be evaluated again (another draw differs), so it always
+    keeps its run-precision ``refs`` stored whatever the budget, and never gets ``refs64`` (its judge
+    falls back to ``allclose``, which does not use them).
+
+    Args:
+        ref_budget_bytes: the most device memory the stored references may take, in bytes (None:
+            :meth:`reference_budget_bytes` for ``device``).
+
+    Attributes:
+        lazy_refs: references are evaluated at each comparison instead of stored.
+        ref_estimate_bytes: what storing every set's references costs on the device, in bytes
+            (``n_sets`` times set 0's outputs at their own dtypes, plus their float64 twins when the
+            ``fp64-bound`` judge stores them).
+
     Raises:
         ReferenceError_: when the problem's own code fails.
+        ValueError: ``ref_budget_bytes`` is None and ``KBENCH_REF_BUDGET_BYTES`` is not a
+            non-negative integer.
     """
 
+    REF_BUDGET_ENV = "KBENCH_REF_BUDGET_BYTES"
+    REF_BUDGET_CUDA_FRACTION = 0.10  # of the device's total memory, when the variable is not set
+    # a lazy comparison whose set's references take at least this much hands its allocator cache back
+    EMPTY_CACHE_MIN_BYTES = 256 << 20
+
+    @classmethod
+    def reference_budget_bytes(cls, device: torch.device) -> int | None:
+        """The device memory stored references may take, in bytes: ``KBENCH_REF_BUDGET_BYTES`` when set,
+        else 10% of a CUDA device's total memory; None (unlimited) on other devices.
+
+        Raises:
+            ValueError: the variable is set to something other than a non-negative integer.
+        """
+        raw = os.environ.get(cls.REF_BUDGET_ENV, "").strip()
+        if raw:
+            try:
+                value = int(raw)
+            except ValueError:
+                value = -1
+            if value < 0:
+                raise ValueError(f"{cls.REF_BUDGET_ENV}={raw!r}: expected a non-negative integer number of bytes")
+            return value
+        if device.type == "cuda":
+            return int(torch.cuda.get_device_properties(device).total_memory * cls.REF_BUDGET_CUDA_FRACTION)
+        return None
+
     def __init__(self, problem: Problem, protocol: Protocol, run_seed: int, device: torch.device,
-                 root: Path) -> None:
+                 root: Path, ref_budget_bytes: int | None = None) -> None:
+        if ref_budget_bytes is None:
+            ref_budget_bytes = self.reference_budget_bytes(device)
         self.problem = problem
         self.protocol = protocol
         self.device = device
@@ -186,43 +236,96 @@ class ProblemContext:
                               for i, (k, v) in enumerate(self.cpu_state.items())}
         for f in self.inputs_dir.iterdir():
             os.chmod(f, 0o444)
-        # reference outputs at the run's precision (and float64 for the fp64-bound judge)
+        # reference outputs at the run's precision (and float64 for the fp64-bound judge): set 0's
+        # first, twice (a second evaluation that differs flags a nondeterministic reference), then
+        # the other sets' unless they cost more device memory than the budget allows
         self.refs: list[list[Any]] = []
-        self.refs64: list[list[Any]] | None = [] if protocol.judge == "fp64-bound" else None
+        self.refs64: list[list[Any]] | None = None
+        self._m64: Any = None  # float64 model (fp64-bound judge), kept while the context lives
         grad = torch.no_grad if protocol.reference_no_grad else torch.enable_grad
         try:
             with grad():
-                for vals in self.sets_cpu:
-                    self.refs.append(_detach_outputs(self.model(*_to_device(vals, device, self.dtype,
-                                                                                 self.cast_all))))
+                ref0 = _detach_outputs(self.model(*_to_device(self.sets_cpu[0], device, self.dtype, self.cast_all)))
                 again = _detach_outputs(self.model(*_to_device(self.sets_cpu[0], device, self.dtype,
                                                                 self.cast_all)))
         except Exception as e:
             raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}") from None
         if not all((_same_tensor(a, b) if isinstance(a, torch.Tensor) else a == b)
-                   for a, b in zip(self.refs[0], again)):
+                   for a, b in zip(ref0, again)):
             self.flags.append("nondeterministic-reference")
-        if self.refs64 is not None:
+        del again
+        random_ref = "nondeterministic-reference" in self.flags
+        # a random reference is judged with allclose against its stored draw: no float64 twin
+        want64 = protocol.judge == "fp64-bound" and not random_ref
+        tensors0 = [o for o in ref0 if isinstance(o, torch.Tensor)]
+        self.out_nbytes = sum(o.numel() * o.element_size() for o in tensors0)
+        self.ref_set_nbytes = self.out_nbytes + (sum(o.numel() * self._twin_itemsize(o) for o in tensors0)
+                                                 if want64 else 0)
+        self.ref_estimate_bytes = n_sets * self.ref_set_nbytes
+        self.ref_budget_bytes = ref_budget_bytes
+        self.lazy_refs = (ref_budget_bytes is not None and self.ref_estimate_bytes > ref_budget_bytes
+                          and not random_ref)
+        if self.lazy_refs:
+            log.info("%s: references evaluated at each comparison (storing them would take %d bytes, budget %d)",
+                     problem.key, self.ref_estimate_bytes, ref_budget_bytes)
+            del ref0
+        else:
+            self.refs.append(ref0)
+            del ref0
             try:
-                m64 = self._model64()
                 with grad():
-                    for vals in self.sets_cpu:
-                        self.refs64.append(_detach_outputs(m64(*_upcast(vals, device))))
-                del m64
+                    for vals in self.sets_cpu[1:]:
+                        self.refs.append(_detach_outputs(self.model(*_to_device(vals, device, self.dtype,
+                                                                                     self.cast_all))))
+            except Exception as e:
+                raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}") from None
+            self.out_nbytes = max(sum(o.numel() * o.element_size() for o in r if isinstance(o, torch.Tensor))
+                                  for r in self.refs)
+        if want64:
+            try:
+                self._m64 = self._model64()
+                with grad():
+                    if self.lazy_refs:
+                        # evaluated once here all the same, so that a reference without a float64
+                        # evaluation is flagged (and judged with allclose) from the first candidate on
+                        out64 = _detach_outputs(self._m64(*_upcast(self.sets_cpu[0], device)))
+                        del out64
+                    else:
+                        self.refs64 = [_detach_outputs(self._m64(*_upcast(vals, device))) for vals in self.sets_cpu]
             except Exception as e:
                 log.warning("%s: no float64 reference (%s); judging with allclose", problem.key, e)
                 self.flags.append("no-fp64-reference")
                 self.refs64 = None
-        self.out_nbytes = max(sum(o.numel() * o.element_size() for o in r if isinstance(o, torch.Tensor))
-                              for r in self.refs)
+                self._m64 = None
         self.setup_s = time.perf_counter() - t0
         self.baselines: dict[str, TimingStats] = {}
         self.baseline_info: dict[str, Any] = {}
-        self._m64: Any = None  # float64 model for judging timed outputs, made on first use
 
     def _model64(self) -> Any:
         """A float64 copy of the reference model on the device (weights as first initialised)."""
         return copy.deepcopy(self.model_cpu).to(self.device).double()
+
+    @staticmethod
+    def _twin_itemsize(o: torch.Tensor) -> int:
+        """Bytes per element of ``o``'s float64 twin (complex128 for complex, the own dtype otherwise)."""
+        if o.is_floating_point():
+            return torch.float64.itemsize
+        if o.is_complex():
+            return torch.complex128.itemsize
+        return o.element_size()
+
+    @property
+    def fp64_judge(self) -> bool:
+        """Outputs are judged against a float64 evaluation (``fp64-bound``, which works for this problem)."""
+        return self._m64 is not None
+
+    def reference_info(self) -> dict[str, Any]:
+        """How the references are kept, for a result's ``extra``: ``reference_mode`` (``"lazy"`` or
+        ``"stored"``), ``reference_estimate_bytes`` (storing every set's) and ``reference_budget_bytes``
+        (None: unlimited)."""
+        return {"reference_mode": "lazy" if self.lazy_refs else "stored",
+                "reference_estimate_bytes": self.ref_estimate_bytes,
+                "reference_budget_bytes": self.ref_budget_bytes}
 
     @property
     def timing_sets(self) -> list[int]:
@@ -243,6 +346,10 @@ class ProblemContext:
         }
 
     def compare(self, outs: list[Any], set_idx: int) -> Comparison:
+        """Judge ``outs`` (the candidate's flattened outputs, on the device) against input set ``set_idx``'s
+        reference: the stored one, or in lazy mode one evaluated now (:meth:`compare_on`)."""
+        if self.lazy_refs:
+            return self.compare_on(set_idx, None, outs)
         return self._judge(outs, self.refs[set_idx], self.refs64[set_idx] if self.refs64 is not None else None)
 
     def _judge(self, outs: list[Any], ref: list[Any], ref64: list[Any] | None) -> Comparison:
@@ -271,17 +378,33 @@ class ProblemContext:
         with grad():
             ref = _detach_outputs(self.model(*vals))
             ref64 = None
-            if self.refs64 is not None and "nondeterministic-reference" not in self.flags:
-                if self._m64 is None:
-                    self._m64 = self._model64()
-                ref64 = _detach_outputs(self._m64(*_upcast(vals, self.device)))
-        return self._judge(outs, ref, ref64)
+            if self.fp64_judge:
+                # the set as stored is upcast from the values get_inputs returned, as the stored refs64
+                # are (not from their run-precision copies): lazy and stored mode judge alike
+                src = vals if round_ is not None else self.sets_cpu[set_idx]
+                del vals  # the set's run-precision copy on the device goes now unless refreshed values are upcast
+                up = _upcast(src, self.device)
+                del src
+                ref64 = _detach_outputs(self._m64(*up))
+                del up
+            else:
+                del vals
+        cmp = self._judge(outs, ref, ref64)
+        del ref, ref64
+        if self.device.type == "cuda" and self.ref_set_nbytes >= self.EMPTY_CACHE_MIN_BYTES:
+            # the candidate's process, alive meanwhile, needs the device memory these temporaries (inputs,
+            # their float64 upcasts, reference outputs and their twins: several times the outputs) leave
+            # in this process's allocator cache; for small sets handing it back only costs allocations
+            torch.cuda.empty_cache()
+        return cmp
 
     def free(self) -> None:
+        """Release the references, the float64 model, the reference model and the inputs' files."""
         self._m64 = None
         self.refs.clear()
         if self.refs64:
             self.refs64.clear()
+        self.model = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -307,12 +430,7 @@ class DeviceEvaluator:
         self.timing_lock = timing_lock
         self.physical_device = physical_device or str(self.device)
         # the device's identity on this host, for the host-wide timing lock (CUDA devices only)
-        self.host_lock_key: str | None = None
-        if self.device.type == "cuda":
-            props = torch.cuda.get_device_properties(self.device)
-            ident = str(getattr(props, "uuid", "") or "") or "pci-{}-{}-{}".format(
-                getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0), getattr(props, "pci_device_id", 0))
-            self.host_lock_key = f"gpu-{ident}"
+        self.host_lock_key: str | None = device_lock_key(self.device)
         base = Path(scratch_dir) if scratch_dir else _default_scratch()
         self.scratch, self._scratch_fd = claim_scratch(base, "kbdev_")  # a killed run's folder is swept later
         self.build_cache = Path(build_cache) if build_cache else None
@@ -397,11 +515,17 @@ class DeviceEvaluator:
                                   "start": time.time()}
         if waited is not None:
             window["host_lock_wait_s"] = round(waited, 3)
+        probe = self._nvml_probe()
+        gpu0 = probe.sample() if probe is not None else None
         cpu0 = _host_cpu_times()
         try:
             yield window
         finally:
             window["end"] = time.time()
+            if gpu0 is not None:
+                # the device's clocks, temperature, power and clock-event reasons as the window began and
+                # ended: a window that started at idle clocks or hit a power or thermal cap shows here
+                window["gpu_start"], window["gpu_end"] = gpu0, probe.sample()  # type: ignore[union-attr]
             cpu1 = _host_cpu_times()
             if cpu0 and cpu1 and cpu1[1] > cpu0[1]:
                 # how busy the host's CPUs were meanwhile (builds, warm-ups, other slots): a busy host
@@ -412,16 +536,36 @@ class DeviceEvaluator:
             if lock is not None:
                 lock.release()
 
+    def _nvml_probe(self) -> Any:
+        """This device's :class:`..hardware.NvmlProbe` (made on first use), or None off CUDA."""
+        if self.device.type != "cuda":
+            return None
+        probe = self.__dict__.get("_nvml")
+        if probe is None:
+            from ..hardware import NvmlProbe
+
+            uuid = str(getattr(torch.cuda.get_device_properties(self.device), "uuid", "") or "")
+            probe = self.__dict__["_nvml"] = NvmlProbe(uuid)
+        return probe
+
     def context(self, problem: Problem, protocol: Protocol, run_seed: int) -> ProblemContext:
-        """The cached :class:`ProblemContext` (one problem kept at a time, to bound memory)."""
+        """The cached :class:`ProblemContext` (one problem kept at a time, to bound memory), made again
+        when the reference budget (:meth:`ProblemContext.reference_budget_bytes`) has changed.
+
+        Raises:
+            ReferenceError_: the problem's own code fails.
+            ValueError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer.
+        """
         key = (problem.code_sha256, protocol.fingerprint(), run_seed)
+        budget = ProblemContext.reference_budget_bytes(self.device)
         ctx = self._contexts.get(key)
-        if ctx is None:
+        if ctx is None or ctx.ref_budget_bytes != budget:
             for k in list(self._contexts):
                 self._contexts.pop(k).free()
+            del ctx
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-            ctx = ProblemContext(problem, protocol, run_seed, self.device, self.scratch)
+            ctx = ProblemContext(problem, protocol, run_seed, self.device, self.scratch, ref_budget_bytes=budget)
             self._contexts[key] = ctx
         return ctx
 
@@ -568,6 +712,7 @@ class DeviceEvaluator:
         extra["baseline_info"] = {m: ctx.baseline_info.get(m) for m in measured}
         if ctx.flags:
             extra["problem_flags"] = list(ctx.flags)
+        extra.update(ctx.reference_info())  # reference_mode "lazy" | "stored", and what storing would cost
         return res.with_(phase_s={**phase, **res.phase_s}, device=str(self.device), extra=extra)
 
     def close(self) -> None:
@@ -673,6 +818,9 @@ class DeviceEvaluator:
                 if msg.get("event") in events:
                     return msg
 
+        if self.device.type == "cuda":
+            # hand this process's cached, unused device memory back, for the candidate's process to use
+            torch.cuda.empty_cache()
         try:
             h = self.launcher.start(childjob, self._sandbox_cfg(jobdir, job.timeout_s))
             h.watch_memory(self.memory_limit)
@@ -842,12 +990,29 @@ class DeviceEvaluator:
                         "result was timed)", "the output of the last timed call", stale=stale)
 
     def _finish(self, h: ChildHandle | None, res: EvalResult, jobdir: Path) -> EvalResult:
+        if res.outcome is Outcome.OOM and self.device.type == "cuda":
+            # what this (trusted) process held when the candidate ran out of memory, read before the
+            # candidate's process is closed (device_free_bytes counts what it still holds): tells a
+            # candidate's own OOM from one the harness caused
+            res = res.with_(extra={**res.extra, "trusted_memory": self._trusted_memory()})
         if h is not None:
             h.close()
         if not res.log:
             n = 6000 if res.outcome in (Outcome.RUNTIME_ERROR, Outcome.COMPILE_ERROR, Outcome.OOM) else 2000
             res = res.with_(log=_log_tail(jobdir, n))
         return res
+
+    def _trusted_memory(self) -> dict[str, Any]:
+        """This process's device memory (CUDA only), in bytes: ``reserved`` and ``allocated`` by its
+        caching allocator, and the device's ``free`` and ``total`` (``torch.cuda.mem_get_info``, every
+        process's use counted); ``{"error": ...}`` when they cannot be read."""
+        try:
+            free_bytes, total_bytes = torch.cuda.mem_get_info(self.device)
+            return {"reserved_bytes": int(torch.cuda.memory_reserved(self.device)),
+                    "allocated_bytes": int(torch.cuda.memory_allocated(self.device)),
+                    "device_free_bytes": int(free_bytes), "device_total_bytes": int(total_bytes)}
+        except Exception as e:  # noqa: BLE001 - bookkeeping must not change the verdict
+            return {"error": f"{type(e).__name__}: {e}"[:300]}
 
     def _verdict(self, job: EvalJob, ctx: ProblemContext, compared: list[Comparison], ok: bool,
                  findings: list[Finding], stats: TimingStats | None, tinfo: dict[str, Any],
@@ -1016,7 +1181,7 @@ def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],
 
 def block_settings(settings: _timing.TimerSettings, rounds: int) -> _timing.TimerSettings:
     """One block's share of ``settings`` when timing alternates over ``rounds`` rounds: the trials,
-    the trial cap and the time budget divided (at least 3 trials a block); warm-ups kept (each block
+    the trial cap, the time budget and the minimum time divided (at least 3 trials a block); warm-ups kept (each block
     warms up again after the others ran)."""
     if rounds <= 1 or not settings.adaptive:
         return settings
@@ -1024,7 +1189,8 @@ def block_settings(settings: _timing.TimerSettings, rounds: int) -> _timing.Time
 
     return _dc.replace(settings, trials=max(3, -(-settings.trials // rounds)),
                        max_trials=max(3, -(-settings.max_trials // rounds)),
-                       time_budget_s=settings.time_budget_s / rounds)
+                       time_budget_s=settings.time_budget_s / rounds,
+                       min_time_s=settings.min_time_s / rounds)
 
 
 def _default_scratch() -> Path:

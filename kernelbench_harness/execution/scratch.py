@@ -1,5 +1,6 @@
 """Host-wide files of kbench processes: scratch folders a killed run does not leave behind, and the
-per-device timing lock that separate runs on one host share (:class:`HostDeviceLock`).
+per-device lock that separate runs on one host share (:class:`HostDeviceLock`: timing windows hold it
+exclusively, torch.compile warm-ups shared).
 
 Device slots keep each problem's input sets and every candidate's outputs in a scratch folder, on
 ``/dev/shm`` when it has room. A run killed with SIGKILL (or a machine's OOM killer) cannot remove its
@@ -18,9 +19,12 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-__all__ = ["HostDeviceLock", "claim_scratch", "release_fd", "sweep_stale_scratch"]
+__all__ = ["HostDeviceLock", "claim_scratch", "device_lock_key", "release_fd", "sweep_stale_scratch"]
 
 log = logging.getLogger(__name__)
 
@@ -88,18 +92,62 @@ def release_fd(fd: int) -> int:
     return -1
 
 
+def device_lock_key(device: Any) -> str | None:
+    """The key of a device's :class:`HostDeviceLock`: ``gpu-<uuid>`` for a CUDA device, else None.
+
+    Args:
+        device: a ``torch.device`` or a device string (``"cpu"``, ``"cuda"``, ``"cuda:0"``), as seen by
+            this process (its ``CUDA_VISIBLE_DEVICES`` applies).
+
+    Returns:
+        ``"gpu-<uuid>"`` (the UUID from ``torch.cuda.get_device_properties``; ``"gpu-pci-<domain>-<bus>-
+        <device>"`` when the properties carry no UUID), the same for every process that sees this
+        physical GPU under whatever index; None for a non-CUDA device.
+
+    Raises:
+        RuntimeError: (from torch) a malformed device string, or a CUDA device this process cannot use.
+    """
+    import torch  # here, not at import time: scratch folders are made where CUDA is not needed
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(dev)
+    ident = str(getattr(props, "uuid", "") or "") or "pci-{}-{}-{}".format(
+        getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0), getattr(props, "pci_device_id", 0))
+    return f"gpu-{ident}"
+
+
 class HostDeviceLock:
-    """An exclusive lock on one physical device, shared by every kbench process on this host.
+    """A fair reader-writer lock on one physical device, shared by every kbench process on this host.
 
     The timing lock that a run's slots share covers one run only. Two runs on one host (two users, or
     two runs restricted to the same GPU) would time on the same device at once, and each would
-    measure the other's kernels as its own time. This lock, an ``flock`` on
-    ``$TMPDIR/kbench-locks/<key>.lock``, keeps their timing windows apart too. It does not reach
-    processes in other containers with their own ``/tmp``.
+    measure the other's kernels as its own time; and a run's torch.compile warm-up processes
+    (:mod:`.warm`) run and benchmark kernels on the GPU while its slots already time other problems.
+    This lock keeps them apart: timing windows hold it **exclusively** (no other timing and no
+    warm-up on the device meanwhile); warm-up GPU work holds it **shared** (warm-ups may overlap each
+    other, never a timing window).
+
+    Protocol: two ``flock`` files in ``$TMPDIR/kbench-locks``, ``<key>.lock`` (the lock itself) and
+    ``<key>.turn`` (a turnstile). Every acquirer first takes the turnstile exclusively, then takes
+    the main lock (``LOCK_EX`` or ``LOCK_SH``), then releases the turnstile. A plain ``flock`` lets a
+    new shared holder in while an exclusive one waits, so a stream of overlapping shared holders
+    would starve a timing window forever; with the turnstile, the waiting exclusive holder keeps it
+    while the current shared holders drain, and new shared holders queue behind it. (Waiters on the
+    turnstile are not served in order, but each holds it only for an instant unless the main lock
+    is taken, so nobody waits there for long.) A process killed at any point releases both files
+    (the kernel drops its ``flock`` locks), so nobody waits forever on a dead holder.
+
+    The files reach only processes that share this host's ``$TMPDIR`` (``/tmp``): processes in
+    other containers with their own ``/tmp``, or with another ``TMPDIR``, are not kept apart.
+
+    One instance holds the lock at most once at a time (take it again after :meth:`release`); use
+    one instance per thread.
 
     Args:
-        key: the device's identity on the host (a GPU's UUID or PCI bus id); characters outside
-            ``[A-Za-z0-9_.-]`` are replaced.
+        key: the device's identity on the host (see :func:`device_lock_key`: a GPU's UUID or PCI bus
+            id); characters outside ``[A-Za-z0-9_.-]`` are replaced.
         folder: where the lock files live (default ``$TMPDIR/kbench-locks``).
     """
 
@@ -107,19 +155,47 @@ class HostDeviceLock:
         safe = "".join(c if c.isalnum() or c in "_.-" else "_" for c in key) or "device"
         self.folder = folder or Path(tempfile.gettempdir()) / "kbench-locks"
         self.path = self.folder / f"{safe}.lock"
+        self.turn_path = self.folder / f"{safe}.turn"
         self._fd = -1
+        self.shared = False  # how the lock is held now (meaningless while not held)
 
-    def acquire(self) -> float:
-        """Block until this process holds the lock; returns the seconds waited."""
+    def _open(self, path: Path) -> int:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+
+    def acquire(self, shared: bool = False) -> float:
+        """Block until this process holds the lock; returns the seconds waited.
+
+        Args:
+            shared: take it shared (warm-up GPU work: overlaps other shared holders, never an
+                exclusive one) instead of exclusively (a timing window: alone on the device).
+
+        Returns:
+            Seconds spent waiting (turnstile and lock), from ``time.perf_counter``.
+
+        Raises:
+            RuntimeError: this instance already holds the lock.
+            OSError: the lock folder or files cannot be created or opened (permissions).
+        """
+        if self._fd >= 0:
+            raise RuntimeError(f"{self.path} is already held by this HostDeviceLock")
         self.folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        turn = self._open(self.turn_path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
+            fcntl.flock(turn, fcntl.LOCK_EX)  # behind a waiting exclusive holder, if there is one
+            fd = self._open(self.path)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+        finally:
+            try:  # explicitly: a forked child holding a copy of the fd must not keep the turnstile
+                fcntl.flock(turn, fcntl.LOCK_UN)
+            finally:
+                os.close(turn)
         self._fd = fd
+        self.shared = shared
         return time.perf_counter() - t0
 
     def release(self) -> None:
@@ -129,3 +205,16 @@ class HostDeviceLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             finally:
                 self._fd = release_fd(self._fd)
+
+    @contextmanager
+    def hold(self, shared: bool = False) -> Iterator[float]:
+        """Hold the lock for a ``with`` block (see :meth:`acquire`); yields the seconds waited.
+
+        Raises:
+            RuntimeError, OSError: as :meth:`acquire`.
+        """
+        waited = self.acquire(shared)
+        try:
+            yield waited
+        finally:
+            self.release()

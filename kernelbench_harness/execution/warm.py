@@ -1,20 +1,33 @@
-"""Warming torch.compile's on-disk caches for the baselines, in parallel, before any timing.
+"""Warming torch.compile's on-disk caches for the baselines, in parallel with the device slots.
 
 Compiling a reference with torch.compile costs seconds to tens of seconds per problem (PROTOCOLS.md
-section 6: about 10 s of a 14 s baseline on an H200). Timing must own the GPU, but compiling need
-not: :func:`warm_compile` compiles every problem's reference in a pool of processes, each calling the
-compiled model once, so inductor's FX-graph and Triton caches on disk are full when the device slot
-later compiles the same model and times it. Nothing is timed here, and this runs before the device
-slots start timing, so no timing shares the GPU with it.
+section 6: about 10 s of a 14 s baseline on an H200). :func:`warm_compile` compiles every problem's
+reference in a pool of processes, each calling the compiled model once, so inductor's FX-graph and
+Triton caches on disk are full when the device slot later compiles the same model and times it.
+Nothing is timed here, but it is not idle GPU-wise: the model and inputs go to the GPU, Inductor
+benchmarks Triton configs there while compiling, and the compiled model runs once. And it runs while
+the device slots time: each problem's timing starts as soon as its own compile is done, while the
+pool still compiles the others.
+
+So that no timing window shares the GPU with that work, each stretch of it (moving the model and
+inputs to the device; each mode's compile, first call and synchronize) holds the device's
+:class:`.scratch.HostDeviceLock` **shared**, while timing windows hold it exclusively: warm-ups may
+overlap each other, never a timing window, and the lock is released between modes so that a waiting
+timing window gets in (the lock's turnstile keeps new warm-up stretches behind it). Each problem's
+result records the seconds it waited for the lock (``_lock_wait_s``) and the wall-clock epochs of
+its GPU stretches (``_gpu_windows``), to check against the timing windows' ``start``/``end``. CPU runs
+take no lock and record neither. The CPU work of compiling is not kept apart from timing: it is
+bounded by the cores given to the pool (see ``executors/local.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import multiprocessing as mp
 
@@ -36,40 +49,80 @@ def _init(device_index: str | None, threads: int) -> None:
 
 def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: bool, device: str,
               seed: int) -> dict[str, Any]:
+    """Compile and call one reference in ``modes``; ``{mode: seconds or error}``, or ``{"error": ...}``
+    when the model or its inputs cannot be made. On a CUDA ``device`` also ``_lock_wait_s`` (seconds
+    waited for the device's lock, summed) and ``_gpu_windows`` (``[[start, end], ...]`` epochs of the
+    stretches that held it shared); nothing of the kind on the CPU."""
     import types
 
     import torch
 
+    from .scratch import HostDeviceLock, device_lock_key
+
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     out: dict[str, Any] = {}
+    gpu = device.startswith("cuda")
+    lock: HostDeviceLock | None = None
+    waits: list[float] = []
+    windows: list[list[float]] = []
+
+    def _lock_info() -> dict[str, Any]:
+        if not gpu:
+            return {}
+        return {"_lock_wait_s": round(sum(waits), 3), "_gpu_windows": [list(w) for w in windows]}
+
+    @contextlib.contextmanager
+    def on_gpu() -> Iterator[None]:
+        """One stretch of GPU work: the device's lock held shared, its wall-clock window recorded."""
+        if lock is None:
+            yield
+            return
+        waits.append(lock.acquire(shared=True))
+        start = time.time()
+        try:
+            yield
+        finally:
+            try:  # nothing of ours left running on the GPU once a timing window may start
+                torch.cuda.synchronize()
+            except Exception:
+                pass
+            windows.append([round(start, 6), round(time.time(), 6)])
+            lock.release()
+
     mod = types.ModuleType("kb_warm")
     try:
+        if gpu:
+            key = device_lock_key(device)
+            lock = HostDeviceLock(key) if key else None
         exec(compile(code, name, "exec"), mod.__dict__)
-        torch.manual_seed(seed)
-        model = mod.Model(*mod.get_init_inputs()).to(device)
-        if dtype != torch.float32:
-            model = model.to(dtype)
-        torch.manual_seed(seed + 1)
-        args = [a.to(device).to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else
-                (a.to(device) if isinstance(a, torch.Tensor) else a) for a in mod.get_inputs()]
+        with on_gpu():
+            torch.manual_seed(seed)
+            model = mod.Model(*mod.get_init_inputs()).to(device)
+            if dtype != torch.float32:
+                model = model.to(dtype)
+            torch.manual_seed(seed + 1)
+            args = [a.to(device).to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else
+                    (a.to(device) if isinstance(a, torch.Tensor) else a) for a in mod.get_inputs()]
     except Exception as e:
-        return {"error": f"{type(e).__name__}: {e}"[:500]}
+        return {"error": f"{type(e).__name__}: {e}"[:500], **_lock_info()}
     for m in modes:
-        t0 = time.perf_counter()
         try:
             torch._dynamo.reset()
-            cm = torch.compile(model, mode=m)
-            with (torch.no_grad() if no_grad else torch.enable_grad()):
-                cm(*args)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
+            with on_gpu():  # released between modes: a waiting timing window gets in between
+                t0 = time.perf_counter()  # the compile's own time, not the wait for the lock
+                cm = torch.compile(model, mode=m)
+                with (torch.no_grad() if no_grad else torch.enable_grad()):
+                    cm(*args)
+                if gpu:
+                    torch.cuda.synchronize()
             out[m] = round(time.perf_counter() - t0, 3)
         except Exception as e:
             out[m] = f"error {type(e).__name__}: {e}"[:300]
     del model, args
     torch._dynamo.reset()
-    if device.startswith("cuda"):
+    if gpu:
         torch.cuda.empty_cache()
+    out.update(_lock_info())
     return out
 
 
@@ -89,7 +142,11 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
             every problem by the time this function returns.
 
     Returns:
-        ``{problem.key: {mode: seconds or error}}``, plus ``"_wall_s"``.
+        ``{problem.key: {mode: seconds or error}}``, plus ``"_wall_s"``. On a GPU each problem's dict
+        also holds ``"_lock_wait_s"`` (seconds its warm-up waited for the device's
+        :class:`.scratch.HostDeviceLock`, behind timing windows) and ``"_gpu_windows"``
+        (``[[start, end], ...]``, epochs of its GPU stretches, none of which overlaps a timing
+        window): skip keys starting with ``_`` when reading the modes.
     """
     t0 = time.perf_counter()
     res: dict[str, Any] = {}
