@@ -44,7 +44,7 @@ SETTINGS = {
 }
 
 
-def child(problems: Path, ids: list[int], windows: int, gap_s: float, device: str) -> dict:
+def child(problems: Path, ids: list[int], windows: int, gap_s: float, device: str, realloc: bool = False) -> dict:
     import torch
 
     from kernelbench_harness.execution import timing as T
@@ -70,8 +70,16 @@ def child(problems: Path, ids: list[int], windows: int, gap_s: float, device: st
                 return model(*sets[i % 3])
 
         rows = []
+        keep: list = []  # --realloc: earlier windows' inputs and outputs stay allocated, so new ones land elsewhere
         for w in range(windows):
+            if realloc and w:
+                keep.append((list(sets), [fn(j) for j in range(3)], torch.empty(int(torch.randint(1, 64, (1,))) << 20,
+                                                                           dtype=torch.uint8, device=dev)))
+                sets[:] = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+                           for _ in range(3)]  # in place: fn reads this list
             for name, kw in SETTINGS.items():
+                if realloc and name == "old":
+                    continue
                 time.sleep(gap_s)
                 g0 = probe.sample()
                 stats, info = T.time_callable(fn, dev, T.TimerSettings(timer="cuda_events" if cuda else "wall", l2_flush_bytes=flush,
@@ -82,7 +90,7 @@ def child(problems: Path, ids: list[int], windows: int, gap_s: float, device: st
                              "warmup_calls": info.get("warmup_calls"), "elapsed_s": round(info["elapsed_s"], 3),
                              "stopped": info["stopped"], "gpu_start": g0, "gpu_end": probe.sample()})
         out[str(pid)] = {"file": path.name, "windows": rows}
-        del model, sets
+        del model, sets, keep
         if cuda:
             torch.cuda.empty_cache()
     return out
@@ -100,17 +108,19 @@ def main() -> int:
     ap.add_argument("--windows", type=int, default=5)
     ap.add_argument("--procs", type=int, default=3)
     ap.add_argument("--gap-s", type=float, default=0.5)
+    ap.add_argument("--realloc", action="store_true", help="new inputs (and outputs) for every window, the earlier ones "
+                    "kept allocated: does a window's time follow where its tensors sit? (timer setting new only)")
     ap.add_argument("--device", default="cuda:0", help="cpu: a smoke test of the script (wall clock)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     ids = [int(x) for x in a.ids.split(",") if x]
     if a.child:
-        print(json.dumps(child(a.problems, ids, a.windows, a.gap_s, a.device)))
+        print(json.dumps(child(a.problems, ids, a.windows, a.gap_s, a.device, a.realloc)))
         return 0
     procs = []
     for k in range(a.procs):
         p = subprocess.run([sys.executable, __file__, "--child", "--problems", str(a.problems), "--out", str(a.out),
-                            "--ids", a.ids, "--windows", str(a.windows), "--gap-s", str(a.gap_s), "--device", a.device],
+                            "--ids", a.ids, "--windows", str(a.windows), "--gap-s", str(a.gap_s), "--device", a.device] + (["--realloc"] if a.realloc else []),
                            capture_output=True, text=True)
         if p.returncode != 0:
             print(p.stderr[-3000:], file=sys.stderr)
@@ -119,7 +129,7 @@ def main() -> int:
         print(f"process {k} done", flush=True)
     summary: dict = {}
     for pid in (str(i) for i in ids):
-        for name in SETTINGS:
+        for name in (["new"] if a.realloc else SETTINGS):
             per_proc = [[r["median_ms"] for r in pr[pid]["windows"] if r["setting"] == name] for pr in procs]
             proc_medians = [statistics.median(x) for x in per_proc]
             summary[f"L1/{pid} {name}"] = {
