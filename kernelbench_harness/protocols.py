@@ -36,9 +36,11 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 PROTOCOL_NAMES = ("kbench", "kernelbench", "cuda-agent")
 
 
-# timing settings added after protocols were first stored: 0 when a stored protocol lacks them, and
-# left out of the fingerprints while 0 (so older stores keep their keys)
-_ZERO_WHEN_ABSENT = ("warmup_ms", "min_time_s")
+# settings added after protocols were first stored, with the value that reproduces what a stored
+# protocol that lacks them did; left out of the fingerprints while they hold that value (so older
+# stores keep their keys)
+_ADDED_LATER: dict[str, Any] = {"warmup_ms": 0.0, "min_time_s": 0.0, "input_device": "cpu"}
+_ADDED_LATER_TIMING = ("warmup_ms", "min_time_s")  # the ones that change a baseline's time
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,12 @@ class Protocol:
         statistic: ``median`` or ``mean``.
         round_sig: round reported times to this many significant figures (KernelBench: 3), or None.
         rotate_inputs: number of input sets cycled through during timing (1 = same input every call).
+        input_device: where the trusted side draws the input sets: ``cpu`` (``get_inputs()`` as it
+            is, KernelBench's and CUDA Agent's way; the values depend on the CPU generator only) or
+            ``device`` (tensors created on the run's GPU, then copied to the host: milliseconds
+            instead of seconds for the multi-GB inputs of current KernelBench level 1; a
+            ``get_inputs`` that fails there is drawn on the CPU). Either way every candidate gets
+            the same values from the trusted side.
         alternate_rounds: when a job measures baselines, time the candidate, eager and each
             torch.compile mode in this many interleaved blocks (candidate, eager, compile, candidate,
             ...; each block gets ``1/alternate_rounds`` of the trials and the time budget) and pool each
@@ -148,6 +156,7 @@ class Protocol:
     statistic: str = "median"
     round_sig: int | None = None
     rotate_inputs: int = 3
+    input_device: str = "device"
     alternate_rounds: int = 1
     candidate_no_grad: bool = True
     reference_no_grad: bool = True
@@ -177,9 +186,9 @@ class Protocol:
         kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
         if "name" in d and "alternate_rounds" not in d:
             kw["alternate_rounds"] = 1  # stored before the field existed: nothing alternated
-        for name in _ZERO_WHEN_ABSENT:
+        for name, absent in _ADDED_LATER.items():
             if "name" in d and name not in d:
-                kw[name] = 0.0  # stored before the field existed: warm-up by count, no minimum time
+                kw[name] = absent  # stored before the field existed: what the protocol did then
         if "tolerances" in kw:
             kw["tolerances"] = {k: (v if isinstance(v, Tolerance) else Tolerance(*v)) for k, v in kw["tolerances"].items()}
         if "baseline_modes" in kw:
@@ -188,11 +197,11 @@ class Protocol:
 
     def fingerprint(self) -> str:
         """Short hash of every setting; baselines and results are keyed by it. Settings added later
-        (``_ZERO_WHEN_ABSENT``) count only when they are not 0, so a protocol stored before they
-        existed keeps its hash."""
+        (``_ADDED_LATER``) count only when they differ from what a protocol stored before them did, so
+        that protocol keeps its hash."""
         d = self.to_dict()
-        for name in _ZERO_WHEN_ABSENT:
-            if not d.get(name):
+        for name, absent in _ADDED_LATER.items():
+            if d.get(name) == absent:
                 d.pop(name, None)
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -203,7 +212,7 @@ class Protocol:
                 "target_ci_rel", "discard_first", "statistic", "round_sig", "rotate_inputs", "reference_no_grad",
                 "tf32", "alternate_rounds")
         d = {k: getattr(self, k) for k in keys}
-        d.update({k: getattr(self, k) for k in _ZERO_WHEN_ABSENT if getattr(self, k)})
+        d.update({k: getattr(self, k) for k in _ADDED_LATER_TIMING if getattr(self, k) != _ADDED_LATER[k]})
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -234,6 +243,7 @@ _BASE: dict[str, Protocol] = {
         statistic="mean",
         round_sig=3,
         rotate_inputs=1,
+        input_device="cpu",  # get_inputs() on the CPU, as KernelBench does
         alternate_rounds=1,
         candidate_no_grad=False,
         reference_no_grad=True,
@@ -263,6 +273,7 @@ _BASE: dict[str, Protocol] = {
         time_budget_s=1e9,
         statistic="mean",
         rotate_inputs=1,
+        input_device="cpu",
         alternate_rounds=1,
         candidate_no_grad=True,
         recheck_after_timing=False,
@@ -290,4 +301,6 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
     for mode in overrides.get("baseline_modes", ()):
         if mode not in COMPILE_MODES:
             raise ConfigError(f"unknown torch.compile mode {mode!r}", fix=f"use one of: {', '.join(COMPILE_MODES)}")
+    if "input_device" in overrides and overrides["input_device"] not in ("cpu", "device"):
+        raise ConfigError(f"unknown input_device {overrides['input_device']!r}", fix="use cpu or device")
     return dataclasses.replace(_BASE[name], precision=precision, **overrides)

@@ -117,6 +117,39 @@ def _detach_outputs(out: Any) -> list[Any]:
     return [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(out)]
 
 
+def draw_inputs(mod: Any, seed: int, device: torch.device | None) -> tuple[list[Any], str]:
+    """One input set: ``mod.get_inputs()`` after ``torch.manual_seed(seed)``.
+
+    Args:
+        mod: the problem's module (``get_inputs()`` returns a list of tensors and numbers).
+        seed: the set's seed (seeds every device's generator).
+        device: draw with ``device`` as torch's default device, so tensors that ``get_inputs`` creates
+            without naming a device are made there (a GPU draws a 6.4 GB ``randn`` in milliseconds
+            where the CPU takes seconds); None draws on the CPU. The values differ from a CPU draw
+            with the same seed, but are the same on every call with the same seed and device.
+
+    Returns:
+        ``(values, where)``: the values as ``get_inputs`` returned them (on ``device`` when drawn
+        there) and ``"device"``, or ``"cpu"`` when drawn on the CPU, including after ``get_inputs``
+        failed on ``device`` (it converts to NumPy, say, or the device is out of memory).
+
+    Raises:
+        ReferenceError_: ``get_inputs()`` fails on the CPU.
+    """
+    if device is not None:
+        torch.manual_seed(seed)
+        try:
+            with torch.device(device):
+                return list(mod.get_inputs()), "device"
+        except Exception as e:  # drawn on the CPU below, as every protocol did before input_device
+            log.info("get_inputs() on %s failed (%s: %s); drawing on the CPU", device, type(e).__name__, e)
+    torch.manual_seed(seed)
+    try:
+        return list(mod.get_inputs()), "cpu"
+    except Exception as e:
+        raise ReferenceError_(f"get_inputs() fails: {type(e).__name__}: {e}") from None
+
+
 class ProblemContext:
     """Reference state for one problem under one protocol and run seed (inputs, outputs, weights).
 
@@ -218,17 +251,20 @@ class ProblemContext:
         if self.dtype != torch.float32:
             model = model.to(self.dtype)
         self.model = model
-        # input sets (CPU, as get_inputs returns them), written once for every candidate process
+        # input sets (on the host), written once for every candidate process; drawn on the GPU when the
+        # protocol says so (protocol.input_device), on the CPU otherwise or where that fails
         self.sets_cpu: list[list[Any]] = []
         self.sets_enc: list[Any] = []
+        gen_device = device if getattr(protocol, "input_device", "cpu") == "device" and device.type != "cpu" else None
+        drawn: set[str] = set()
         for i, s in enumerate(seeds):
-            torch.manual_seed(s)
-            try:
-                vals = list(mod.get_inputs())
-            except Exception as e:
-                raise ReferenceError_(f"get_inputs() fails: {type(e).__name__}: {e}") from None
+            vals, where = draw_inputs(mod, s, gen_device)
+            drawn.add(where)
+            if where != "cpu":
+                vals = [v.cpu() if isinstance(v, torch.Tensor) else v for v in vals]
             self.sets_cpu.append(vals)
             self.sets_enc.append(encode_value(vals, self.inputs_dir, f"set{i}_", [0]))
+        self.inputs_drawn_on = "device" if drawn == {"device"} else "cpu" if drawn == {"cpu"} else "mixed"
         self.init_enc = encode_value(init, self.inputs_dir, "init_", [0])
         self.state_enc: dict[str, Any] | None = None
         if protocol.weights == "state_dict" and self.cpu_state:
@@ -323,7 +359,8 @@ class ProblemContext:
         """How the references are kept, for a result's ``extra``: ``reference_mode`` (``"lazy"`` or
         ``"stored"``), ``reference_estimate_bytes`` (storing every set's) and ``reference_budget_bytes``
         (None: unlimited)."""
-        return {"reference_mode": "lazy" if self.lazy_refs else "stored",
+        return {"inputs_drawn_on": self.inputs_drawn_on,
+                "reference_mode": "lazy" if self.lazy_refs else "stored",
                 "reference_estimate_bytes": self.ref_estimate_bytes,
                 "reference_budget_bytes": self.ref_budget_bytes}
 
