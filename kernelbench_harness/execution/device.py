@@ -117,6 +117,17 @@ def _detach_outputs(out: Any) -> list[Any]:
     return [o.detach() if isinstance(o, torch.Tensor) else o for o in flatten_outputs(out)]
 
 
+def _to_host(x: Any) -> Any:
+    """``x`` with every tensor in it (nested lists, tuples and dicts too) copied to the CPU."""
+    if isinstance(x, torch.Tensor):
+        return x.cpu()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_host(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_host(v) for k, v in x.items()}
+    return x
+
+
 def draw_inputs(mod: Any, seed: int, device: torch.device | None) -> tuple[list[Any], str]:
     """One input set: ``mod.get_inputs()`` after ``torch.manual_seed(seed)``.
 
@@ -126,7 +137,9 @@ def draw_inputs(mod: Any, seed: int, device: torch.device | None) -> tuple[list[
         device: draw with ``device`` as torch's default device, so tensors that ``get_inputs`` creates
             without naming a device are made there (a GPU draws a 6.4 GB ``randn`` in milliseconds
             where the CPU takes seconds); None draws on the CPU. The values differ from a CPU draw
-            with the same seed, but are the same on every call with the same seed and device.
+            with the same seed; they repeat with the same seed on the same GPU model and torch
+            version (CUDA's generators depend on the number of SMs), which a run's hardware and
+            software fingerprints pin.
 
     Returns:
         ``(values, where)``: the values as ``get_inputs`` returned them (on ``device`` when drawn
@@ -148,6 +161,17 @@ def draw_inputs(mod: Any, seed: int, device: torch.device | None) -> tuple[list[
         return list(mod.get_inputs()), "cpu"
     except Exception as e:
         raise ReferenceError_(f"get_inputs() fails: {type(e).__name__}: {e}") from None
+
+
+def _rng_state(device: torch.device) -> tuple[Any, Any]:
+    """The CPU generator's state and, on CUDA, ``device``'s."""
+    return torch.get_rng_state(), (torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
+def _set_rng_state(device: torch.device, state: tuple[Any, Any]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
 
 
 class ProblemContext:
@@ -261,7 +285,7 @@ class ProblemContext:
             vals, where = draw_inputs(mod, s, gen_device)
             drawn.add(where)
             if where != "cpu":
-                vals = [v.cpu() if isinstance(v, torch.Tensor) else v for v in vals]
+                vals = _to_host(vals)
             self.sets_cpu.append(vals)
             self.sets_enc.append(encode_value(vals, self.inputs_dir, f"set{i}_", [0]))
         self.inputs_drawn_on = "device" if drawn == {"device"} else "cpu" if drawn == {"cpu"} else "mixed"
@@ -272,51 +296,68 @@ class ProblemContext:
                               for i, (k, v) in enumerate(self.cpu_state.items())}
         for f in self.inputs_dir.iterdir():
             os.chmod(f, 0o444)
-        # reference outputs at the run's precision (and float64 for the fp64-bound judge): set 0's
-        # first, twice (a second evaluation that differs flags a nondeterministic reference), then
-        # the other sets' unless they cost more device memory than the budget allows
+        # reference outputs at the run's precision (and float64 for the fp64-bound judge): set 0's first;
+        # then, unless storing every set's would cost more device memory than the budget allows, the
+        # other sets'; then set 0's again: a second evaluation that differs (a random reference, or one
+        # that depends on the calls before it) flags a nondeterministic reference
         self.refs: list[list[Any]] = []
         self.refs64: list[list[Any]] | None = None
         self._m64: Any = None  # float64 model (fp64-bound judge), kept while the context lives
         grad = torch.no_grad if protocol.reference_no_grad else torch.enable_grad
-        try:
-            with grad():
-                ref0 = _detach_outputs(self.model(*_to_device(self.sets_cpu[0], device, self.dtype, self.cast_all)))
-                again = _detach_outputs(self.model(*_to_device(self.sets_cpu[0], device, self.dtype,
-                                                                self.cast_all)))
-        except Exception as e:
-            raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}") from None
-        if not all((_same_tensor(a, b) if isinstance(a, torch.Tensor) else a == b)
-                   for a, b in zip(ref0, again)):
-            self.flags.append("nondeterministic-reference")
-        del again
-        random_ref = "nondeterministic-reference" in self.flags
-        # a random reference is judged with allclose against its stored draw: no float64 twin
-        want64 = protocol.judge == "fp64-bound" and not random_ref
-        tensors0 = [o for o in ref0 if isinstance(o, torch.Tensor)]
-        self.out_nbytes = sum(o.numel() * o.element_size() for o in tensors0)
-        self.ref_set_nbytes = self.out_nbytes + (sum(o.numel() * self._twin_itemsize(o) for o in tensors0)
-                                                 if want64 else 0)
-        self.ref_estimate_bytes = n_sets * self.ref_set_nbytes
-        self.ref_budget_bytes = ref_budget_bytes
-        self.lazy_refs = (ref_budget_bytes is not None and self.ref_estimate_bytes > ref_budget_bytes
-                          and not random_ref)
-        if self.lazy_refs:
-            log.info("%s: references evaluated at each comparison (storing them would take %d bytes, budget %d)",
-                     problem.key, self.ref_estimate_bytes, ref_budget_bytes)
-            del ref0
-        else:
-            self.refs.append(ref0)
-            del ref0
+
+        def run_ref(vals: list[Any]) -> list[Any]:
             try:
                 with grad():
-                    for vals in self.sets_cpu[1:]:
-                        self.refs.append(_detach_outputs(self.model(*_to_device(vals, device, self.dtype,
-                                                                                     self.cast_all))))
+                    return _detach_outputs(self.model(*_to_device(vals, device, self.dtype, self.cast_all)))
             except Exception as e:
                 raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}") from None
+
+        self.refs.append(run_ref(self.sets_cpu[0]))
+        want64 = protocol.judge == "fp64-bound"
+        set0_nbytes = sum(o.numel() * o.element_size() for o in self.refs[0] if isinstance(o, torch.Tensor))
+        twin_nbytes = sum(o.numel() * self._twin_itemsize(o) for o in self.refs[0] if isinstance(o, torch.Tensor))
+        self.out_nbytes = set0_nbytes
+        self.ref_set_nbytes = set0_nbytes + (twin_nbytes if want64 else 0)
+        self.ref_estimate_bytes = n_sets * self.ref_set_nbytes
+        self.ref_budget_bytes = ref_budget_bytes
+        self.lazy_refs = ref_budget_bytes is not None and self.ref_estimate_bytes > ref_budget_bytes
+
+        def check_determinism() -> None:
+            again = run_ref(self.sets_cpu[0])
+            if not all((_same_tensor(a, b) if isinstance(a, torch.Tensor) else a == b)
+                       for a, b in zip(self.refs[0], again)):
+                self.flags.append("nondeterministic-reference")
+
+        checked = False
+        if self.lazy_refs:
+            rng = _rng_state(device)
+            check_determinism()  # right away: the other sets are not evaluated here
+            checked = True
+            if "nondeterministic-reference" in self.flags:
+                # another evaluation of a random reference draws differently: it keeps its stored outputs
+                # whatever the budget, and is judged with allclose against them (no float64 twin). The
+                # generators go back to where set 0 left them, so the stored sets draw as in stored mode
+                self.lazy_refs = False
+                self.flags.remove("nondeterministic-reference")
+                checked = False
+                _set_rng_state(device, rng)
+            else:
+                log.info("%s: references evaluated at each comparison (storing them would take %d bytes, "
+                         "budget %d)", problem.key, self.ref_estimate_bytes, ref_budget_bytes)
+                self.refs.clear()  # nothing of set 0's outputs stays allocated
+        if not self.lazy_refs:
+            for vals in self.sets_cpu[1:]:
+                self.refs.append(run_ref(vals))
+            if not checked:
+                check_determinism()  # after the other sets: a reference that depends on earlier calls differs
             self.out_nbytes = max(sum(o.numel() * o.element_size() for o in r if isinstance(o, torch.Tensor))
                                   for r in self.refs)
+        random_ref = "nondeterministic-reference" in self.flags
+        # a random reference is judged with allclose against its stored draw: no float64 twin
+        want64 = want64 and not random_ref
+        if not want64:  # what storing costs: no twins for a random reference
+            self.ref_set_nbytes = set0_nbytes
+            self.ref_estimate_bytes = n_sets * self.ref_set_nbytes
         if want64:
             try:
                 self._m64 = self._model64()
@@ -405,27 +446,36 @@ class ProblemContext:
     def compare_on(self, set_idx: int, round_: int | None, outs: list[Any]) -> Comparison:
         """Judge ``outs`` against the reference on input set ``set_idx`` with its floating tensors
         refreshed for timed round ``round_`` on the device (:func:`.timing.refresh_values`), as the
-        candidate process refreshes them between timed trials (None: the set as stored)."""
+        candidate process refreshes them between timed trials (None: the set as stored).
+
+        Raises:
+            ReferenceError_: evaluating the reference failed (out of device memory on the trusted side,
+                say): not the candidate's doing.
+        """
         p = self.protocol
         vals = _to_device(self.sets_cpu[set_idx], self.device, self.dtype, self.cast_all)
         if round_ is not None:
             vals = [_timing.refresh_values(v, round_) if isinstance(v, torch.Tensor) and v.is_floating_point()
                     else v for v in vals]
         grad = torch.no_grad if p.reference_no_grad else torch.enable_grad
-        with grad():
-            ref = _detach_outputs(self.model(*vals))
-            ref64 = None
-            if self.fp64_judge:
-                # the set as stored is upcast from the values get_inputs returned, as the stored refs64
-                # are (not from their run-precision copies): lazy and stored mode judge alike
-                src = vals if round_ is not None else self.sets_cpu[set_idx]
-                del vals  # the set's run-precision copy on the device goes now unless refreshed values are upcast
-                up = _upcast(src, self.device)
-                del src
-                ref64 = _detach_outputs(self._m64(*up))
-                del up
-            else:
-                del vals
+        try:
+            with grad():
+                ref = _detach_outputs(self.model(*vals))
+                ref64 = None
+                if self.fp64_judge:
+                    # the set as stored is upcast from the values get_inputs returned, as the stored refs64
+                    # are (not from their run-precision copies): lazy and stored mode judge alike
+                    src = vals if round_ is not None else self.sets_cpu[set_idx]
+                    del vals  # the run-precision copy on the device goes now unless refreshed values are upcast
+                    up = _upcast(src, self.device)
+                    del src
+                    ref64 = _detach_outputs(self._m64(*up))
+                    del up
+                else:
+                    del vals
+        except Exception as e:  # the reference (or the trusted side's memory) failed, not the candidate
+            raise ReferenceError_(f"the reference fails on input set {set_idx} at comparison: "
+                                  f"{type(e).__name__}: {e}") from None
         cmp = self._judge(outs, ref, ref64)
         del ref, ref64
         if self.device.type == "cuda" and self.ref_set_nbytes >= self.EMPTY_CACHE_MIN_BYTES:
@@ -547,13 +597,21 @@ class DeviceEvaluator:
             lock.acquire()
         # and the host-wide lock of the physical device: another kbench run on this host times there too
         host_lock = HostDeviceLock(self.host_lock_key) if self.host_lock_key else None
-        waited = host_lock.acquire() if host_lock is not None else None
+        try:
+            waited = host_lock.acquire() if host_lock is not None else None
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
         window: dict[str, Any] = {"what": what, "device": self.physical_device, "pid": os.getpid(),
                                   "start": time.time()}
         if waited is not None:
             window["host_lock_wait_s"] = round(waited, 3)
-        probe = self._nvml_probe()
-        gpu0 = probe.sample() if probe is not None else None
+        try:
+            probe = self._nvml_probe()
+            gpu0 = probe.sample() if probe is not None else None
+        except Exception:  # noqa: BLE001 - evidence only: never a reason to keep the locks
+            probe, gpu0 = None, None
         cpu0 = _host_cpu_times()
         try:
             yield window
@@ -562,16 +620,23 @@ class DeviceEvaluator:
             if gpu0 is not None:
                 # the device's clocks, temperature, power and clock-event reasons as the window began and
                 # ended: a window that started at idle clocks or hit a power or thermal cap shows here
-                window["gpu_start"], window["gpu_end"] = gpu0, probe.sample()  # type: ignore[union-attr]
-            cpu1 = _host_cpu_times()
-            if cpu0 and cpu1 and cpu1[1] > cpu0[1]:
-                # how busy the host's CPUs were meanwhile (builds, warm-ups, other slots): a busy host
-                # delays kernel launches, which CUDA events then count as device time
-                window["host_cpu_busy"] = round(1.0 - (cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]), 3)
-            if host_lock is not None:
-                host_lock.release()
-            if lock is not None:
-                lock.release()
+                try:
+                    window["gpu_start"], window["gpu_end"] = gpu0, probe.sample()  # type: ignore[union-attr]
+                except Exception:  # noqa: BLE001
+                    window["gpu_start"] = gpu0
+            try:
+                cpu1 = _host_cpu_times()
+                if cpu0 and cpu1 and cpu1[1] > cpu0[1]:
+                    # how busy the host's CPUs were meanwhile (builds, warm-ups, other slots): a busy host
+                    # delays kernel launches, which CUDA events then count as device time
+                    window["host_cpu_busy"] = round(1.0 - (cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]), 3)
+            finally:
+                try:
+                    if host_lock is not None:
+                        host_lock.release()
+                finally:
+                    if lock is not None:
+                        lock.release()
 
     def _nvml_probe(self) -> Any:
         """This device's :class:`..hardware.NvmlProbe` (made on first use), or None off CUDA."""
@@ -915,7 +980,8 @@ class DeviceEvaluator:
                     with self.timing_window("candidate") as window:
                         h.chan.send({"cmd": "time", "timer": dataclasses.asdict(part)} if rounds > 1
                                     else {"cmd": "time"})
-                        tm = expect(run_deadline + job.timeout_s, "timing")
+                        # from when the window got the device: waiting for the lock is not the candidate's time
+                        tm = expect(max(run_deadline, time.monotonic()) + job.timeout_s, "timing")
                     timing_windows.append(window)
                     cand_blocks.append((TimingStats.from_dict(tm.get("stats")), tm.get("info") or {}))
                     if job.protocol.recheck_after_timing and tm.get("timed"):
@@ -958,6 +1024,16 @@ class DeviceEvaluator:
                           "timing_windows": timing_windows,
                           "peak_rss_bytes": h.peak_rss_bytes})
             return self._finish(h, res.with_(extra=extra), jobdir)
+        except ReferenceError_ as e:
+            # the trusted side failed judging (a lazy reference evaluated at comparison): as when the
+            # reference fails at set-up, a runtime error marked as the reference's, with the candidate's
+            # process ended here
+            if h is not None:
+                h.kill("reference failed")
+            return self._finish(h, EvalResult(Outcome.RUNTIME_ERROR, compiled=state not in ("start", "build"),
+                                              error=f"reference failed: {e}", findings=tuple(findings),
+                                              extra={"reference_error": True, "phase": state,
+                                                     "sandbox": env_note}), jobdir)
         except _ChildFailed as e:
             outcome = Outcome.OOM if e.kind == "oom" else Outcome.RUNTIME_ERROR
             return self._finish(h, EvalResult(outcome, compiled=state != "build", error=e.text,
@@ -993,6 +1069,11 @@ class DeviceEvaluator:
                                               tag="protocol" if outcome is Outcome.CHEAT else "",
                                               findings=tuple(findings), extra={"phase": state, "sandbox": env_note}),
                                 jobdir)
+        except BaseException:
+            if h is not None:  # a harness error: no candidate process outlives it
+                h.kill("harness error")
+                h.close()
+            raise
 
     def _check_timed_output(self, ctx: ProblemContext, timed: dict[str, Any], jobdir: Path,
                             findings: list[Finding]) -> None:

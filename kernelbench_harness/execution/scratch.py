@@ -189,13 +189,12 @@ class HostDeviceLock:
             except BaseException:
                 os.close(fd)
                 raise
+            self._fd, self.shared = fd, shared  # held from here on: release() frees it whatever follows
         finally:
             try:  # explicitly: a forked child holding a copy of the fd must not keep the turnstile
                 fcntl.flock(turn, fcntl.LOCK_UN)
             finally:
                 os.close(turn)
-        self._fd = fd
-        self.shared = shared
         return time.perf_counter() - t0
 
     def release(self) -> None:

@@ -180,7 +180,16 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
                         res[p.key] = {"error": f"{type(e).__name__}: {e}"[:300]}
                     _notify(p.key)
             except TimeoutError:
-                log.warning("torch.compile warm-up did not finish within %.0f s", timeout_s)
+                log.warning("torch.compile warm-up did not finish within %.0f s; its processes are ended",
+                            timeout_s)
+                # a hung compile may hold the device's lock shared, which would keep every timing window
+                # on the device waiting: end the pool's processes (a killed holder's flock goes with it)
+                for proc in list((getattr(ex, "_processes", None) or {}).values()):
+                    try:
+                        proc.kill()
+                    except Exception:  # noqa: BLE001 - already gone
+                        pass
+                ex.shutdown(wait=False, cancel_futures=True)
     finally:
         for p in problems:  # nobody waits forever on a compile that did not happen
             _notify(p.key)

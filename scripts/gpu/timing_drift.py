@@ -136,7 +136,8 @@ def main() -> int:
                 "median_ms": round(statistics.median([m for x in per_proc for m in x]), 5),
                 "within_process_spread": round(statistics.median(spread(x) for x in per_proc), 4),
                 "between_process_spread": round(spread(proc_medians), 4),
-                "first_window_over_rest": round(statistics.median(x[0] / statistics.median(x[1:]) for x in per_proc), 4),
+                "first_window_over_rest": (round(statistics.median(x[0] / statistics.median(x[1:]) for x in per_proc), 4)
+                                           if a.windows > 1 else None),
                 "timed_s_per_window": round(statistics.median(r["elapsed_s"] for pr in procs
                                                               for r in pr[pid]["windows"] if r["setting"] == name), 3),
             }

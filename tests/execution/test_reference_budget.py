@@ -240,3 +240,41 @@ def test_budget_values(monkeypatch: pytest.MonkeyPatch, raw: str | None, want: i
     else:
         monkeypatch.setenv(ENV, raw)
     assert ProblemContext.reference_budget_bytes(CPU) == want
+
+
+FAILS_AT_COMPARISON = '''
+import torch
+import torch.nn as nn
+CALLS = [0]
+class Model(nn.Module):
+    def __init__(self, alpha):
+        super().__init__()
+        self.alpha = alpha
+    def forward(self, x):
+        CALLS[0] += 1
+        if CALLS[0] >= 4:  # set-up: set 0 twice and its float64 evaluation; then the lazy comparisons
+            raise RuntimeError("CUDA out of memory. Tried to allocate 12.00 GiB (simulated)")
+        return x * self.alpha + 1.0
+def get_inputs():
+    return [torch.randn(8, 256)]
+def get_init_inputs():
+    return [2.0]
+'''
+
+
+def test_a_reference_that_fails_at_a_lazy_comparison_is_the_references_failure(
+        evaluator: DeviceEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+    # in lazy mode the trusted side evaluates the reference while the candidate's process is alive; if
+    # that fails (out of device memory, say), the result is the reference's runtime error, as at set-up,
+    # and evaluate() returns instead of raising with the candidate's process left running
+    monkeypatch.setenv(ENV, "1")
+    problem = Problem(1, 993, "FailsAtComparison", FAILS_AT_COMPARISON, "993_FailsAtComparison.py")
+    res = evaluate(evaluator, CORRECT, problem, protocol=FAST_KBENCH)
+    assert res.outcome is Outcome.RUNTIME_ERROR, describe(res)
+    assert res.error.startswith("reference failed") and "input set 0" in res.error
+    assert res.extra.get("reference_error") is True
+    # the device slot goes on: the next problem's candidate is judged normally
+    monkeypatch.delenv(ENV)
+    again = evaluate(evaluator, CORRECT, Problem(1, 994, "Affine", FAILS_AT_COMPARISON.replace(
+        "CALLS[0] >= 4", "False"), "994_Affine.py"), protocol=FAST_KBENCH)
+    assert again.outcome is Outcome.CORRECT, describe(again)

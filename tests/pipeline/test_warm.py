@@ -59,3 +59,24 @@ def test_a_run_with_warm_up_workers_evaluates_after_each_problems_own_compile(tm
     assert s.outcomes == {"correct": 1}
     assert s.warm and all(k.startswith("_") or isinstance(v, dict) for k, v in s.warm.items())
     assert len([k for k in s.warm if not k.startswith("_")]) == 1  # the reference was warmed
+
+
+HANG = GOOD.replace("return [torch.rand(8)]", "import time; time.sleep(60); return [torch.rand(8)]")
+
+
+def test_a_hung_warm_up_is_ended_at_the_timeout():
+    # a hung compile may hold the device's lock shared (warm.py): every timing window on the device would
+    # wait behind it, so the pool's processes end at the timeout instead of being waited for
+    import multiprocessing
+    import time
+
+    problems = [Problem(1, 1, "Hang", HANG, "1_Hang.py")]
+    before = {p.pid for p in multiprocessing.active_children()}
+    t0 = time.monotonic()
+    res = warm_compile(problems, precision="fp32", modes=[], no_grad=True, device_index=None, workers=1,
+                       timeout_s=3.0)
+    assert time.monotonic() - t0 < 20.0  # not the 60 s the reference sleeps
+    assert problems[0].key not in res
+    time.sleep(0.5)
+    left = [p for p in multiprocessing.active_children() if p.pid not in before]
+    assert not left, left  # the hung worker was killed (active_children reaps the dead ones)
