@@ -181,8 +181,8 @@ class ProblemContext:
     ``fp64-bound`` judge, one list per input set) when keeping them all on the device costs no more
     than ``ref_budget_bytes``; above it the context is *lazy* (``lazy_refs``): it keeps none, and
     :meth:`compare` evaluates the set's reference (and float64 twin) again on the device, judges and
-    frees them. Set 0's reference is always computed once at set-up (the nondeterminism check and
-    ``out_nbytes``); in lazy mode the other sets' are never computed there. A reference flagged
+    frees them. Set 0's reference is always computed at set-up, twice (the nondeterminism check; its
+    outputs give ``out_nbytes`` and the estimate); in lazy mode the other sets' are never computed there. A reference flagged
     ``nondeterministic-reference`` cannot be evaluated again (another draw differs), so it always
     keeps its run-precision ``refs`` stored whatever the budget, and never gets ``refs64`` (its judge
     falls back to ``allclose``, which does not use them).

@@ -238,7 +238,6 @@ def time_callable(
         return _time_profiler(fn, device, settings)
     flush = _Flusher(device, settings.l2_flush_bytes) if is_cuda else None
     w0 = _perf_counter_ns()
-    i = 0
     for i in range(settings.warmup):
         fn(i)
     i = settings.warmup

@@ -77,17 +77,17 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
         if lock is None:
             yield
             return
-        waits.append(lock.acquire(shared=True))
-        start = time.time()
-        try:
-            yield
-        finally:
-            try:  # nothing of ours left running on the GPU once a timing window may start
-                torch.cuda.synchronize()
-            except Exception:
-                pass
-            windows.append([round(start, 6), round(time.time(), 6)])
-            lock.release()
+        with lock.hold(shared=True) as waited:
+            waits.append(waited)
+            start = time.time()
+            try:
+                yield
+            finally:
+                try:  # nothing of ours left running on the GPU once a timing window may start
+                    torch.cuda.synchronize()
+                except Exception:
+                    pass
+                windows.append([round(start, 6), round(time.time(), 6)])
 
     mod = types.ModuleType("kb_warm")
     try:
