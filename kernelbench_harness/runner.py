@@ -258,6 +258,24 @@ def resume_differences(given: RunConfig, saved: RunConfig, explicit: frozenset[s
     return out
 
 
+def _check_environment() -> None:
+    """Refuse bad kbench environment variables before anything is stored: read later in each device
+    slot, a bad value would fail every candidate and be stored as their runtime errors.
+
+    Raises:
+        ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer.
+    """
+    import torch
+
+    from .execution.device import ProblemContext
+
+    try:
+        ProblemContext.reference_budget_bytes(torch.device("cpu"))  # reads and checks the variable
+    except ValueError as e:
+        raise ConfigError(str(e), fix=f"set {ProblemContext.REF_BUDGET_ENV} to a number of bytes "
+                          "(e.g. 16000000000) or unset it (10% of the GPU's memory)") from None
+
+
 async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                       problem_set: ProblemSet | None = None, adapter: ModelAdapter | None = None,
                       resume: bool = False, explicit: frozenset[str] = frozenset()) -> RunSummary:
@@ -289,6 +307,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     from .execution.sandbox import make_undumpable
 
     make_undumpable()  # this process holds API keys: keep candidates out of /proc/<pid>/environ
+    _check_environment()
     prog: Progress = progress or _NullProgress()
     t_run = time.perf_counter()
 

@@ -99,3 +99,12 @@ def test_resume_names_the_settings_it_ignores(tmp_path, monkeypatch):
     CliRunner().invoke(cli, ["run", "--run-name", "r", "--resume", "--level", "2", "--samples", "3", "-M", "t=1",
                              "--display", "plain", "--db", f"sqlite:///{tmp_path / 'k.db'}"])
     assert seen == {"explicit": frozenset({"levels", "samples", "params"}), "resume": True}
+
+
+def test_a_bad_reference_budget_is_refused_before_anything_is_stored(tmp_path, monkeypatch):
+    # read in each device slot, a bad value would fail every candidate and store them as runtime errors
+    monkeypatch.setenv("KBENCH_REF_BUDGET_BYTES", "12GB")
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1")
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
+    assert "KBENCH_REF_BUDGET_BYTES='12GB'" in str(res.exception) and "number of bytes" in res.exception.fix
+    assert not (tmp_path / "k.db").exists()
