@@ -39,8 +39,9 @@ PROTOCOL_NAMES = ("kbench", "kernelbench", "cuda-agent")
 # settings added after protocols were first stored, with the value that reproduces what a stored
 # protocol that lacks them did; left out of the fingerprints while they hold that value (so older
 # stores keep their keys)
-_ADDED_LATER: dict[str, Any] = {"warmup_ms": 0.0, "min_time_s": 0.0, "input_device": "cpu"}
-_ADDED_LATER_TIMING = ("warmup_ms", "min_time_s")  # the ones that change a baseline's time
+_ADDED_LATER: dict[str, Any] = {"warmup_ms": 0.0, "min_time_s": 0.0, "input_device": "cpu", "placements": 1,
+                                "hide_launch": False}
+_ADDED_LATER_TIMING = ("warmup_ms", "min_time_s", "placements", "hide_launch")  # the ones that change a baseline's time
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,17 @@ class Protocol:
         statistic: ``median`` or ``mean``.
         round_sig: round reported times to this many significant figures (KernelBench: 3), or None.
         rotate_inputs: number of input sets cycled through during timing (1 = same input every call).
+        placements: time every callable (candidate, eager, torch.compile) in this many segments, its
+            input sets moved to new device memory before each segment after the first; the median is
+            the mean of the segments' medians and its interval includes their spread (see
+            :mod:`kernelbench_harness.execution.timing`). 1 = one placement (every protocol: on an H200
+            the four placements of one run agreed within 1% for 17 of 20 problems while runs differed
+            by 10-30%, which launch latency explains; see ``hide_launch``).
+        hide_launch: give the GPU a spin before each trial's start event so the call's kernels are
+            queued when it fires: the pair then measures the GPU's work without the host's launch
+            latency (cuda_events only; see :mod:`kernelbench_harness.execution.timing`). Off in every
+            protocol: work on another stream, and host work that ends within the spin (a result
+            computed on the CPU, then copied), run untimed during the spin.
         input_device: where the trusted side draws the input sets: ``cpu`` (``get_inputs()`` as it
             is, KernelBench's and CUDA Agent's way; the values depend on the CPU generator only) or
             ``device`` (tensors created on the run's GPU, then copied to the host: milliseconds
@@ -156,6 +168,8 @@ class Protocol:
     statistic: str = "median"
     round_sig: int | None = None
     rotate_inputs: int = 3
+    placements: int = 1
+    hide_launch: bool = False
     input_device: str = "device"
     alternate_rounds: int = 1
     candidate_no_grad: bool = True
@@ -243,6 +257,7 @@ _BASE: dict[str, Protocol] = {
         statistic="mean",
         round_sig=3,
         rotate_inputs=1,
+        placements=1,
         input_device="cpu",  # get_inputs() on the CPU, as KernelBench does
         alternate_rounds=1,
         candidate_no_grad=False,
@@ -273,6 +288,7 @@ _BASE: dict[str, Protocol] = {
         time_budget_s=1e9,
         statistic="mean",
         rotate_inputs=1,
+        placements=1,
         input_device="cpu",
         alternate_rounds=1,
         candidate_no_grad=True,
@@ -303,4 +319,9 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
             raise ConfigError(f"unknown torch.compile mode {mode!r}", fix=f"use one of: {', '.join(COMPILE_MODES)}")
     if "input_device" in overrides and overrides["input_device"] not in ("cpu", "device"):
         raise ConfigError(f"unknown input_device {overrides['input_device']!r}", fix="use cpu or device")
+    if "placements" in overrides:
+        v = overrides["placements"]
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 64:
+            raise ConfigError(f"placements must be a whole number from 1 to 64, not {v!r}",
+                              fix="pass e.g. -O placements=4 (1 = inputs stay where they are)")
     return dataclasses.replace(_BASE[name], precision=precision, **overrides)

@@ -100,8 +100,32 @@ def _to_device(vals: list[Any], device: torch.device, dtype: torch.dtype, cast_a
 
 
 def _upcast(vals: list[Any], device: torch.device) -> list[Any]:
-    return [v.to(device).double() if isinstance(v, torch.Tensor) and v.is_floating_point() else
-            (v.to(device) if isinstance(v, torch.Tensor) else v) for v in vals]
+    """``vals`` for the float64 twin: every tensor on ``device``, floating ones as float64, never one of
+    ``vals``' own tensors (a float64 or integer tensor already on ``device`` is cloned), so that a
+    reference writing into its inputs does not change them."""
+    out = []
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            u = v.to(device)
+            u = u.double() if u.is_floating_point() else u
+            v = u.clone() if u is v else u
+        out.append(v)
+    return out
+
+
+def _fresh_on(vals: list[Any], device: torch.device) -> list[Any]:
+    """``vals`` with every tensor copied to ``device`` at its own dtype: one copy per tensor (one
+    host-to-device transfer for a tensor on the host), also where it is on ``device`` already (the
+    CPU), so that nothing a reference writes into its inputs reaches the input set as stored."""
+    return [v.to(device, copy=True) if isinstance(v, torch.Tensor) else v for v in vals]
+
+
+def _cast_set(vals: list[Any], dtype: torch.dtype, cast_all: bool) -> list[Any]:
+    """``vals`` (on the device already) at the run's precision: floating tensors, or every tensor when
+    ``cast_all``, cast to ``dtype`` (the very tensor where it has that dtype), others as they are."""
+    return [v.to(dtype) if isinstance(v, torch.Tensor) and (v.is_floating_point() or cast_all) else v
+            for v in vals]
+
 
 
 def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -308,7 +332,10 @@ class ProblemContext:
         def run_ref(vals: list[Any]) -> list[Any]:
             try:
                 with grad():
-                    return _detach_outputs(self.model(*_to_device(vals, device, self.dtype, self.cast_all)))
+                    # a copy of the set even on the CPU: a reference that writes into its inputs must
+                    # not change the stored set (the next evaluation, the float64 twin's inputs)
+                    return _detach_outputs(self.model(*_cast_set(_fresh_on(vals, device), self.dtype,
+                                                                 self.cast_all)))
             except Exception as e:
                 raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}") from None
 
@@ -453,26 +480,32 @@ class ProblemContext:
                 say): not the candidate's doing.
         """
         p = self.protocol
-        vals = _to_device(self.sets_cpu[set_idx], self.device, self.dtype, self.cast_all)
-        if round_ is not None:
-            vals = [_timing.refresh_values(v, round_) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                    else v for v in vals]
         grad = torch.no_grad if p.reference_no_grad else torch.enable_grad
         try:
             with grad():
-                ref = _detach_outputs(self.model(*vals))
-                ref64 = None
+                # the set goes to the device once, at the dtypes get_inputs returned (one host-to-device
+                # copy per tensor); the run-precision inputs are cast from that copy and the float64
+                # twin's upcast from it on the device, where each used to copy the set from the host
+                raw = _fresh_on(self.sets_cpu[set_idx], self.device)
+                vals = _cast_set(raw, self.dtype, self.cast_all)
+                if round_ is not None:
+                    vals = [_timing.refresh_values(v, round_) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                            else v for v in vals]
+                up = None
                 if self.fp64_judge:
                     # the set as stored is upcast from the values get_inputs returned, as the stored refs64
-                    # are (not from their run-precision copies): lazy and stored mode judge alike
-                    src = vals if round_ is not None else self.sets_cpu[set_idx]
-                    del vals  # the run-precision copy on the device goes now unless refreshed values are upcast
-                    up = _upcast(src, self.device)
-                    del src
+                    # are (not from their run-precision copies): lazy and stored mode judge alike. Refreshed
+                    # values are upcast as refreshed. Made before the reference runs, and sharing no tensor
+                    # with its inputs (_upcast clones what it would share): a reference that writes into
+                    # its inputs changes none of these
+                    up = _upcast(raw if round_ is None else vals, self.device)
+                del raw  # the run-precision inputs keep what they share of it
+                ref = _detach_outputs(self.model(*vals))
+                del vals
+                ref64 = None
+                if up is not None:
                     ref64 = _detach_outputs(self._m64(*up))
                     del up
-                else:
-                    del vals
         except Exception as e:  # the reference (or the trusted side's memory) failed, not the candidate
             raise ReferenceError_(f"the reference fails on input set {set_idx} at comparison: "
                                   f"{type(e).__name__}: {e}") from None
@@ -697,6 +730,8 @@ class DeviceEvaluator:
         apply_tf32(protocol.tf32)
         sets = [_to_device(ctx.sets_cpu[i], self.device, ctx.dtype, ctx.cast_all) for i in ctx.timing_sets]
         k = len(sets)
+        # every mode's timing moves these sets to new memory between placements (protocol.placements)
+        placer = _timing.Placer(sets, self.device)
         grad = torch.no_grad if protocol.reference_no_grad else torch.enable_grad
         out: dict[str, tuple[Callable[[int], Any], float]] = {}
         for mode in modes:
@@ -721,6 +756,7 @@ class DeviceEvaluator:
                     with grad():
                         return _m(*sets[i % k])
 
+                fn.relocate = placer  # type: ignore[attr-defined]  # what _time_baseline_block moves
                 out[mode] = (fn, compile_s)
             except Exception as e:
                 log.warning("%s: baseline %s failed: %s", ctx.problem.key, mode, e)
@@ -733,7 +769,14 @@ class DeviceEvaluator:
         """One timed block of a baseline, inside a timing window (the device's timing lock held)."""
         try:
             with self.timing_window(mode) as window:
-                stats, info = _timing.time_callable(fn, self.device, settings)
+                placer = getattr(fn, "relocate", None)
+                try:
+                    stats, info = _timing.time_callable(fn, self.device, settings, relocate=placer)
+                finally:
+                    if placer is not None:
+                        placer.release()  # the earlier placements' copies
+                        if placer.moved and self.device.type == "cuda":
+                            torch.cuda.empty_cache()  # back to the driver, for the candidate's process
             info["window"] = window
             blocks.setdefault(mode, []).append((stats, info))
         except Exception as e:
@@ -867,9 +910,9 @@ class DeviceEvaluator:
             if not isinstance(d, dict):
                 raise TensorFormatError("bad output description")
             if "file" in d:
-                t = read_tensor(d, jobdir / "outputs")
+                t = read_tensor(d, jobdir / "outputs", device=self.device)  # staged onto a GPU in chunks
                 os.unlink(jobdir / "outputs" / d["file"])
-                outs.append(t.to(self.device))
+                outs.append(t)
             elif "value" in d:
                 outs.append(d["value"])
             else:
@@ -1280,12 +1323,21 @@ def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],
         return stats, info
     samples: list[float] = []
     synced: list[float] = []
+    by_placement: list[list[float]] = []
     for st, inf in blocks:
         samples += list(st.samples_ms)
         synced += list(inf.get("synced_ms") or [])
+        counts = inf.get("placement_n") or [len(st.samples_ms)]
+        at = 0
+        for c in counts:  # each block's placements, as taken
+            by_placement.append(list(st.samples_ms[at:at + int(c)]))
+            at += int(c)
     first = blocks[0][0]
-    stats = _timing.summarize_samples(samples, timer=first.timer, statistic=first.statistic,
-                                      round_to=settings.round_sig)
+    if any(inf.get("placement_n") for _, inf in blocks):  # every block's placements pooled alike
+        stats = _timing.pool_placement_samples(by_placement, settings, first.timer)
+    else:
+        stats = _timing.summarize_samples(samples, timer=first.timer, statistic=first.statistic,
+                                          round_to=settings.round_sig)
     info: dict[str, Any] = {"synced_ms": synced, "elapsed_s": sum(float(i.get("elapsed_s", 0.0)) for _, i in blocks),
                             "stopped": f"alternated:{len(blocks)}",
                             "blocks": [{"n": st.n, "stopped": i.get("stopped")} for st, i in blocks]}
@@ -1303,12 +1355,7 @@ def block_settings(settings: _timing.TimerSettings, rounds: int) -> _timing.Time
     warms up again after the others ran)."""
     if rounds <= 1 or not settings.adaptive:
         return settings
-    import dataclasses as _dc
-
-    return _dc.replace(settings, trials=max(3, -(-settings.trials // rounds)),
-                       max_trials=max(3, -(-settings.max_trials // rounds)),
-                       time_budget_s=settings.time_budget_s / rounds,
-                       min_time_s=settings.min_time_s / rounds)
+    return dataclasses.replace(_timing.segment_settings(settings, rounds), placements=settings.placements)
 
 
 def _default_scratch() -> Path:

@@ -15,6 +15,34 @@ by a synchronise as in the timed loop, until ``warmup_ms`` milliseconds of wall 
 since the first. A GPU left idle drops its clocks; a few calls of a short kernel (5 calls of a
 0.1 ms kernel) end before the clocks are back up, and the first trials then measure the ramp.
 
+Placements (``placements``; 1 in every protocol): on an H200 (2026-12-01,
+``scripts/gpu/timing_drift.py --realloc``) a 0.06 ms matrix-vector product sat at 0.064 ms in one
+process and at 0.078 ms after its inputs had been allocated again, clocks fixed at 1980 MHz. Timing in
+four placements then showed that the placements of one run agree (within 1% for 17 of 20 problems)
+while two runs differ by 10-30%: the levels are the host's launch latency (see launch hiding below),
+not where the tensors sit. Placements stay available to measure placement sensitivity. With
+``placements`` = P > 1 and a ``relocate`` callback, the
+timed loop runs in P segments; before segments 1..P-1 the caller's input sets move to newly allocated
+device memory behind a spacer allocation of another size (:class:`Placer`), so the callable's own
+outputs and temporaries land elsewhere too, and the callable warms up again. Each segment gets 1/P of
+the trials, the trial cap, the time budget and the minimum time. The reported median is the mean of
+the P segments' medians and its 95% interval combines the spread across placements (Student's t over
+the P medians) with the segments' own intervals, so the interval covers what another run, with other
+addresses, would see.
+
+Launch hiding (``hide_launch``, cuda_events only; off in every protocol): before each trial's
+start event the GPU is given a spin (``torch.cuda._sleep``) of about three times the host's time to
+launch one call (at least 0.05 ms, at most 10 ms; measured during warm-up), so the call's kernels are
+queued before the start event fires and the pair measures the GPU's work, not the host's launch
+latency. On an H200 (session 7, ``scripts/gpu/launch_bound.py``) single-call times of sub-3 ms eager
+problems sat on levels 3-19% apart in different processes while 20 calls back to back agreed within
+0.5-2.8%: the levels were host launch time inside the timed region. A call whose launch outlasts the
+spin is timed as before (its gap counts) and counted in ``info["launch_exposed"]``. Not yet a protocol
+default: work a candidate puts on another stream is not held behind the spin and can run, untimed,
+while the current stream sleeps (the side-stream check still sees work that ends after the end event),
+and host work that ends within the spin (a result computed on the CPU, then copied) is not timed
+either; the spin is sized from the same call's host time, so such a call hides itself.
+
 Adaptive trials (``kbench`` protocol): after ``trials`` trials and at least ``min_time_s`` seconds of
 timing, continue until the 95% confidence interval of the median is within ``target_ci_rel`` of the
 median; stop early at ``max_trials`` or after ``time_budget_s`` seconds of timing. The minimum time
@@ -48,6 +76,9 @@ __all__ = [
     "round_sig",
     "original_timers",
     "refresh_values",
+    "Placer",
+    "segment_settings",
+    "pool_placement_samples",
 ]
 
 # Captured at import (before any candidate code runs in this interpreter).
@@ -57,6 +88,11 @@ _elapsed_time = torch.cuda.Event.elapsed_time
 _record = torch.cuda.Event.record
 _synchronize = torch.cuda.synchronize
 _event_synchronize = torch.cuda.Event.synchronize
+_clone = torch.Tensor.clone
+_sleep = getattr(torch.cuda, "_sleep", None)  # a GPU spin of N cycles on the current stream
+_empty = torch.empty
+_Tensor = torch.Tensor
+_isinstance = isinstance
 
 
 REFRESH_WIGGLE = 2.0 ** -12
@@ -131,6 +167,8 @@ class TimerSettings:
     statistic: str = "median"
     l2_flush_bytes: int = 0
     round_sig: int | None = None
+    placements: int = 1
+    hide_launch: bool = False
 
     @classmethod
     def from_protocol(cls, protocol: Any, device: torch.device) -> "TimerSettings":
@@ -147,7 +185,9 @@ class TimerSettings:
                    warmup_ms=float(getattr(protocol, "warmup_ms", 0.0)) if device.type == "cuda" else 0.0,
                    min_time_s=float(getattr(protocol, "min_time_s", 0.0)) if device.type == "cuda" else 0.0,
                    discard_first=protocol.discard_first,
-                   statistic=protocol.statistic, l2_flush_bytes=flush, round_sig=protocol.round_sig)
+                   statistic=protocol.statistic, l2_flush_bytes=flush, round_sig=protocol.round_sig,
+                   placements=max(1, int(getattr(protocol, "placements", 1))),
+                   hide_launch=bool(getattr(protocol, "hide_launch", False)) and device.type == "cuda")
 
 
 def l2_flush_bytes_for(device: torch.device, policy: str, fixed_bytes: int) -> int:
@@ -210,53 +250,303 @@ class _Flusher:
             self.buf.zero_()
 
 
+# Student's t, two-sided 95%, by degrees of freedom (the interval over P placement medians)
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def _t95(df: int) -> float:
+    if df <= 0:
+        return float("inf")
+    for k in sorted(_T95):
+        if df <= k:
+            return _T95[k]
+    return 1.96
+
+
+class Placer:
+    """Moves input sets to newly allocated device memory between timing placements (see the module
+    docstring): ``relocate(p)`` as :func:`time_callable` calls it.
+
+    Args:
+        sets: the caller's input sets, a list of argument lists; tensors in it are replaced, in place in
+            the outer list (``sets[j] = [...]``), by clones in new memory, so closures that index
+            ``sets`` see the moved tensors. Values, dtypes, shapes and strides are kept.
+        device: where the tensors live (the spacer is allocated there).
+        spacer_mib: the spacer held during placement ``p`` is ``(7 p mod spacer_mib) + 1`` MiB plus
+            ``p`` x 4 KiB, so consecutive placements differ in size and alignment.
+
+    Earlier placements' tensors stay allocated (``retired``) until :meth:`release`, so a later
+    placement cannot land in an earlier one's freed blocks (a caching allocator hands a freed block of
+    the same size straight back, and placements would alternate between two addresses).
+
+    Attributes:
+        moved: placements that moved the sets; ``skipped``: placements that did not, because the device
+        lacked free memory for two more copies of the sets (then the placement repeats the last one).
+    """
+
+    def __init__(self, sets: list[list[Any]], device: torch.device, *, spacer_mib: int = 61) -> None:
+        self.sets = sets
+        self.device = device
+        self.spacer_mib = max(1, int(spacer_mib))
+        self.spacer: torch.Tensor | None = None
+        self.retired: list[Any] = []
+        self.moved = 0
+        self.skipped = 0
+
+    def nbytes(self) -> int:
+        """Bytes of the tensors in the sets (each storage once)."""
+        seen: set[int] = set()
+        total = 0
+        for s in self.sets:
+            for x in s:
+                if _isinstance(x, _Tensor) and x.untyped_storage().data_ptr() not in seen:
+                    seen.add(x.untyped_storage().data_ptr())
+                    total += x.untyped_storage().nbytes()
+        return total
+
+    def __call__(self, p: int) -> bool:
+        """Move the sets for placement ``p`` (>= 1). Returns whether they moved (False: too little free
+        device memory for the copy and the outputs of the placement before, see ``skipped``)."""
+        spacer_bytes = (((7 * p) % self.spacer_mib) + 1) * (1 << 20) + p * 4096
+        if self.device.type == "cuda":
+            free, _total = torch.cuda.mem_get_info(self.device)
+            if free < 3 * self.nbytes() + spacer_bytes + (256 << 20):
+                self.skipped += 1
+                return False
+        if self.spacer is not None:
+            self.retired.append(self.spacer)
+        self.spacer = _empty(spacer_bytes, dtype=torch.uint8, device=self.device)
+        # every clone is made while the old tensors are alive, so no clone reuses an old tensor's block
+        new = [[_clone(x) if _isinstance(x, _Tensor) else x for x in s] for s in self.sets]
+        self.retired.append(list(self.sets))
+        self.sets[:] = new
+        self.moved += 1
+        return True
+
+    def release(self) -> None:
+        """Free the spacers and the earlier placements' tensors (the sets stay where the last placement
+        put them)."""
+        self.spacer = None
+        self.retired.clear()
+
+
+def segment_settings(settings: TimerSettings, parts: int) -> TimerSettings:
+    """One segment's share of ``settings`` when timing is split into ``parts`` segments (placements or
+    alternated blocks): trials, trial cap, time budget and minimum time divided (at least 3 trials a
+    segment); warm-up calls kept."""
+    if parts <= 1 or not settings.adaptive:
+        return settings
+    import dataclasses as _dc
+
+    return _dc.replace(settings, trials=max(3, -(-settings.trials // parts)),
+                       max_trials=max(3, -(-settings.max_trials // parts)),
+                       time_budget_s=settings.time_budget_s / parts,
+                       min_time_s=settings.min_time_s / parts, placements=1)
+
+
 def time_callable(
     fn: Callable[[int], Any],
     device: torch.device,
     settings: TimerSettings,
     *,
     between: Callable[[], None] | None = None,
+    relocate: Callable[[int], None] | None = None,
 ) -> tuple[TimingStats, dict[str, Any]]:
     """Time ``fn`` under ``settings``.
 
     Args:
         fn: called as ``fn(i)`` for trial (or warm-up) index ``i``; it should run the model on input
-            set ``i mod k`` (input rotation is the caller's choice).
+            set ``i mod k`` (input rotation is the caller's choice). Timed trials are numbered from 0
+            and on across placements.
         device: where ``fn`` runs; ``cpu`` forces the wall clock.
-        settings: timer, warm-ups, trials, adaptive stopping, L2 flush size.
+        settings: timer, warm-ups, trials, adaptive stopping, L2 flush size, placements.
         between: optional callable run before every trial, outside the timed region.
+        relocate: with ``settings.placements`` > 1, called as ``relocate(p)`` before placement ``p``
+            (1..P-1), outside the timed region: it should move ``fn``'s inputs to new device memory
+            and return whether it did (:class:`Placer`). When it did, the last output of the placement
+            before is kept alive until timing ends, so ``fn``'s outputs move too. None: one placement.
 
     Returns:
         ``(stats, info)``: stats in ms over the kept trials; ``info`` holds ``synced_ms`` (per-trial
-        host time of call + device-wide synchronise, cuda_events only), ``elapsed_s`` (timed loop,
+        host time of call + device-wide synchronise, cuda_events only), ``elapsed_s`` (timed loops,
         seconds), ``warmup_calls`` and ``warmup_s`` (all warm-up calls and their wall seconds) and
-        ``stopped`` (``ci``, ``max_trials``, ``budget``, ``fixed``).
+        ``stopped`` (``ci``, ``max_trials``, ``budget``, ``fixed``; ``placements:<P>`` when split).
+        With placements, also ``placements`` (P), ``placement_medians_ms`` (each segment's median),
+        ``placement_n`` (each segment's trials), ``placement_stopped`` and ``placement_spread_rel``
+        ((max - min) of the segment medians over the reported median).
     """
     is_cuda = device.type == "cuda"
     timer = settings.timer if is_cuda else "wall"
     if timer == "profiler":
         return _time_profiler(fn, device, settings)
     flush = _Flusher(device, settings.l2_flush_bytes) if is_cuda else None
+    hide = _LaunchHider(fn, device) if (settings.hide_launch and is_cuda and timer == "cuda_events"
+                                        and _sleep is not None) else None
+    parts = settings.placements if relocate is not None else 1
+    if parts <= 1:
+        seg = _timed_loop(fn, device, settings, timer, flush, between, 0, hide)
+        samples, synced = seg["samples"], seg["synced"]
+        if settings.discard_first and samples:
+            samples, synced = samples[1:], synced[1:]
+        stats = summarize_samples(samples, timer=timer, statistic=settings.statistic, round_to=settings.round_sig)
+        info = {"synced_ms": synced, "elapsed_s": seg["elapsed_s"], "stopped": seg["stopped"],
+                "l2_flush_bytes": settings.l2_flush_bytes, "warmup_calls": seg["warmup_calls"],
+                "warmup_s": round(seg["warmup_s"], 4)}
+        if hide is not None:
+            info.update(hide.info())
+        return stats, info
+    share = segment_settings(settings, parts)
+    segs: list[dict[str, Any]] = []
+    held: list[Any] = []  # earlier placements' last outputs: the next outputs cannot reuse their blocks
+    index0 = 0
+    for p in range(parts):
+        if p:
+            last = segs[-1].pop("last", None)
+            if relocate(p):  # type: ignore[misc]
+                held.append(last)
+            del last
+        # the first placement warms the GPU up from idle; later ones only re-warm the moved tensors
+        seg_settings = share if p == 0 else _replace_warmup_ms(share, share.warmup_ms / parts)
+        seg = _timed_loop(fn, device, seg_settings, timer, flush, between, index0, hide)
+        index0 += len(seg["samples"])
+        if settings.discard_first and seg["samples"]:
+            seg["samples"], seg["synced"] = seg["samples"][1:], seg["synced"][1:]
+        segs.append(seg)
+    segs[-1].pop("last", None)
+    held.clear()
+    info = _placement_info(segs, settings)
+    if hide is not None:
+        info.update(hide.info())
+    return _pool_placements(segs, settings, timer), info
+
+
+def _replace_warmup_ms(settings: TimerSettings, warmup_ms: float) -> TimerSettings:
+    import dataclasses as _dc
+
+    return _dc.replace(settings, warmup_ms=warmup_ms)
+
+
+def pool_placement_samples(samples_by_placement: Sequence[Sequence[float]], settings: TimerSettings,
+                           timer: str) -> TimingStats:
+    """:class:`TimingStats` of timings taken in several placements (ms, one list per placement): the
+    median is the mean of the placements' medians, the 95% interval is that mean
+    +- sqrt(b^2 + w^2), with ``b`` Student's t (P - 1 degrees of freedom) times the standard error of
+    the P medians and ``w`` the root-sum-square of the placements' own median half-intervals over P;
+    mean, std, min, max and ``n`` are over every sample."""
+    return _pool_placements([{"samples": list(s)} for s in samples_by_placement], settings, timer)
+
+
+def _pool_placements(segs: list[dict[str, Any]], settings: TimerSettings, timer: str) -> TimingStats:
+    """Stats over every segment's samples, with the median and its interval taken across placements."""
+    samples = [x for s in segs for x in s["samples"]]
+    pooled = summarize_samples(samples, timer=timer, statistic=settings.statistic)
+    meds, halves = [], []
+    for s in segs:
+        srt = sorted(s["samples"])
+        if not srt:
+            continue
+        meds.append(statistics.median(srt))
+        lo, hi = median_ci95(srt)
+        halves.append((hi - lo) / 2.0)
+    if not meds:
+        return pooled
+    centre = statistics.fmean(meds)
+    between = _t95(len(meds) - 1) * statistics.stdev(meds) / math.sqrt(len(meds)) if len(meds) > 1 else 0.0
+    within = math.sqrt(sum(h * h for h in halves)) / len(halves)  # the mean's share of each segment's interval
+    half = math.hypot(between, within)
+    if not math.isfinite(half):
+        half = max(meds) - min(meds)
+    med, mean = centre, pooled.mean_ms
+    if settings.round_sig:
+        med, mean = round_sig(med, settings.round_sig), round_sig(mean, settings.round_sig)
+    return TimingStats(median_ms=med, mean_ms=mean, std_ms=pooled.std_ms, min_ms=pooled.min_ms,
+                       max_ms=pooled.max_ms, ci95_low_ms=centre - half, ci95_high_ms=centre + half,
+                       n=pooled.n, samples_ms=tuple(samples), timer=timer, statistic=settings.statistic)
+
+
+def _placement_info(segs: list[dict[str, Any]], settings: TimerSettings) -> dict[str, Any]:
+    meds = [statistics.median(s["samples"]) if s["samples"] else float("nan") for s in segs]
+    finite = [m for m in meds if math.isfinite(m)]
+    centre = statistics.fmean(finite) if finite else float("nan")
+    return {"synced_ms": [x for s in segs for x in s["synced"]],
+            "elapsed_s": sum(s["elapsed_s"] for s in segs), "stopped": f"placements:{len(segs)}",
+            "l2_flush_bytes": settings.l2_flush_bytes,
+            "warmup_calls": sum(s["warmup_calls"] for s in segs),
+            "warmup_s": round(sum(s["warmup_s"] for s in segs), 4),
+            "placements": len(segs), "placement_medians_ms": [round(m, 6) for m in meds],
+            "placement_n": [len(s["samples"]) for s in segs],
+            "placement_stopped": [s["stopped"] for s in segs],
+            "placement_spread_rel": (round((max(finite) - min(finite)) / centre, 6)
+                                     if finite and centre > 0 else None)}
+
+
+class _LaunchHider:
+    """The GPU spin before each trial's start event (see the module docstring): its length in cycles
+    comes from the host's launch time of ``fn``, measured in the first warm-up calls."""
+
+    def __init__(self, fn: Callable[[int], Any], device: torch.device) -> None:
+        self.device = device
+        self.cycles = 0
+        self.sleep_ms = 0.0
+        self.exposed = 0
+        self.trials = 0
+        self.host_ms: list[float] = []
+
+    def calibrate(self) -> None:
+        """Cycles per ms of the spin (one timed 1M-cycle spin) and the spin for this callable."""
+        launch_ms = sorted(self.host_ms)[len(self.host_ms) // 2] if self.host_ms else 0.05
+        self.sleep_ms = min(10.0, max(0.05, 3.0 * launch_ms))
+        _synchronize(self.device)
+        a, b = _Event(enable_timing=True), _Event(enable_timing=True)
+        _record(a)
+        _sleep(1_000_000)  # type: ignore[misc]
+        _record(b)
+        _synchronize(self.device)
+        per_ms = 1_000_000 / max(1e-6, _elapsed_time(a, b))
+        self.cycles = max(1000, int(per_ms * self.sleep_ms))
+
+    def info(self) -> dict[str, Any]:
+        return {"launch_sleep_ms": round(self.sleep_ms, 4), "launch_host_ms": round(
+            sorted(self.host_ms)[len(self.host_ms) // 2], 5) if self.host_ms else None,
+            "launch_exposed": self.exposed, "launch_hidden_trials": self.trials}
+
+
+def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerSettings, timer: str,
+                flush: "_Flusher | None", between: Callable[[], None] | None, index0: int,
+                hide: "_LaunchHider | None" = None) -> dict[str, Any]:
+    """Warm-up, then timed trials numbered from ``index0`` until ``settings`` says stop. Returns the raw
+    ``samples`` and ``synced`` (ms), ``stopped``, ``elapsed_s``, ``warmup_calls`` and ``warmup_s``."""
+    is_cuda = device.type == "cuda"
     w0 = _perf_counter_ns()
     for i in range(settings.warmup):
-        fn(i)
+        if hide is not None and not hide.cycles:
+            _synchronize(device)
+            h0 = _perf_counter_ns()
+            fn(index0 + i)
+            hide.host_ms.append((_perf_counter_ns() - h0) / 1e6)  # the host's launch time, GPU idle
+        else:
+            fn(index0 + i)
     i = settings.warmup
     if is_cuda:
         _synchronize(device)
+    if hide is not None and not hide.cycles:
+        hide.calibrate()
     # time-based warm-up: the timed loop's rhythm (flush, call, synchronise) until warmup_ms have passed
     while settings.warmup_ms > 0 and (_perf_counter_ns() - w0) / 1e6 < settings.warmup_ms:
         if flush is not None:
             flush()
-        fn(i)
+        fn(index0 + i)
         i += 1
         if is_cuda:
             _synchronize(device)
     warmup_calls, warmup_s = i, (_perf_counter_ns() - w0) / 1e9
     samples: list[float] = []
     synced: list[float] = []
+    ret: Any = None
     t0 = _perf_counter_ns()
     stopped = "fixed"
-    i = 0  # the timed trials are numbered from 0 again (callers rotate input sets by it)
+    i = index0  # the timed trials are numbered on from index0 (callers rotate input sets by it)
     target_n = settings.trials + (1 if settings.discard_first else 0)
     while True:
         if between is not None:
@@ -265,17 +555,31 @@ def time_callable(
             flush()  # type: ignore[misc]
             _synchronize(device)
             start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            if hide is not None:
+                pre = _Event(enable_timing=True)
+                hp = _perf_counter_ns()
+                _record(pre)
+                _sleep(hide.cycles)  # type: ignore[misc]  # the GPU is busy while the host launches
             h0 = _perf_counter_ns()
             _record(start)
-            fn(i)
+            ret = fn(i)
             _record(end)
+            hl = _perf_counter_ns()
             _synchronize(device)  # every stream, so side-stream work ends inside the host interval
             h1 = _perf_counter_ns()
+            if hide is not None:
+                hide.trials += 1
+                if (hl - h0) / 1e6 > hide.sleep_ms:  # launched after the spin ended: the gap counts
+                    hide.exposed += 1
             samples.append(_elapsed_time(start, end))
-            synced.append((h1 - h0) / 1e6)
+            if hide is not None:
+                # host time from when the spin ended (its start plus its GPU length) until the device is idle
+                synced.append(max(0.0, (h1 - hp) / 1e6 - _elapsed_time(pre, start)))
+            else:
+                synced.append((h1 - h0) / 1e6)
         else:
             h0 = _perf_counter_ns()
-            fn(i)
+            ret = fn(i)
             if is_cuda:
                 _synchronize(device)
             samples.append((_perf_counter_ns() - h0) / 1e6)
@@ -298,13 +602,8 @@ def time_callable(
             if med > 0 and (hi - lo) / 2.0 / med <= settings.target_ci_rel:
                 stopped = "ci"
                 break
-    if settings.discard_first and samples:
-        samples = samples[1:]
-        synced = synced[1:]
-    stats = summarize_samples(samples, timer=timer, statistic=settings.statistic, round_to=settings.round_sig)
-    info = {"synced_ms": synced, "elapsed_s": (_perf_counter_ns() - t0) / 1e9, "stopped": stopped,
-            "l2_flush_bytes": settings.l2_flush_bytes, "warmup_calls": warmup_calls, "warmup_s": round(warmup_s, 4)}
-    return stats, info
+    return {"samples": samples, "synced": synced, "stopped": stopped, "last": ret,
+            "elapsed_s": (_perf_counter_ns() - t0) / 1e9, "warmup_calls": warmup_calls, "warmup_s": warmup_s}
 
 
 def _time_profiler(fn: Callable[[int], Any], device: torch.device,

@@ -62,12 +62,15 @@ class ModelNew(_KbReference):
 '''
 
 
-def make_candidates(problems_dir: Path, levels: list[int], limit: int | None) -> list[dict]:
+def make_candidates(problems_dir: Path, levels: list[int], limit: int | None,
+                    ids: set[int] | None = None) -> list[dict]:
     rows = []
     for level in levels:
         files = sorted((problems_dir / f"level{level}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
         for f in files[:limit]:
             pid = int(f.name.split("_")[0])
+            if ids and pid not in ids:
+                continue
             code = f.read_text()
             code = re.sub(r"\bModel\b", "_KbReference", code)  # the class, super(Model, self), docstrings
             rows.append({"level": level, "problem_id": pid, "model": "reference-through-copy-kernel",
@@ -102,6 +105,7 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--levels", default="1-3")
     ap.add_argument("--limit", type=int, default=None, help="problems per level (default: all)")
+    ap.add_argument("--ids", default=None, help="only these problem ids, comma-separated (e.g. 7,11)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall-clock budget for both runs together")
     ap.add_argument("--phase", choices=["cold", "cached", "both"], default="both")
     ap.add_argument("--db", type=Path, default=REPO / "results" / "sweep.db")
@@ -111,7 +115,7 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     a.db.parent.mkdir(parents=True, exist_ok=True)
     cands = REPO / "results" / "sweep_candidates.jsonl"
-    rows = make_candidates(a.problems, levels, a.limit)
+    rows = make_candidates(a.problems, levels, a.limit, {int(x) for x in a.ids.split(",")} if a.ids else None)
     cands.write_text("".join(json.dumps(r) + "\n" for r in rows))
     times: dict[str, float] = {"candidates": len(rows)}
     t_start = time.monotonic()
@@ -124,7 +128,9 @@ def main() -> int:
             cmd = [sys.executable, "-m", "kernelbench_harness", "run", "--model", f"replay:{cands}",
                    "--problems", str(a.problems), "--level", a.levels, "--run-name", f"sweep-{ph}",
                    "--db", str(a.db), "--display", "plain", "--no-report"]
-            if a.limit:
+            if a.ids:
+                cmd += ["--ids", a.ids]
+            elif a.limit:
                 cmd += ["--ids", f"1-{a.limit}"]
             if has_run(a.db, f"sweep-{ph}"):
                 cmd.append("--resume")  # cut by an earlier call's budget: continue where it stopped

@@ -14,7 +14,9 @@ compiles). Settings:
 - ``old``: the ``kbench`` protocol's timer until 2026-12-01: 5 warm-up calls, then 20 trials and on
   until the median's 95% CI is within 1% (at most 400 trials, 4 s);
 - ``new``: the same plus 100 ms of time-based warm-up and at least 0.25 s of timed trials (at most
-  2000 trials).
+  2000 trials);
+- ``placed``: ``new`` in 4 placements, the inputs moved to new memory between them (the ``kbench``
+  protocol's timer since session 7; choose settings with ``--settings new,placed``).
 
 Every window records its median, trial count, warm-up calls and the GPU's SM clock, power and clock
 event reasons from NVML as it began and ended. The summary (also printed) gives per problem and
@@ -41,10 +43,14 @@ SETTINGS = {
                 warmup_ms=0.0, min_time_s=0.0),
     "new": dict(warmup=5, trials=20, adaptive=True, max_trials=2000, target_ci_rel=0.01, time_budget_s=4.0,
                 warmup_ms=100.0, min_time_s=0.25),
+    # the kbench protocol from 2026-12-01 (session 7): "new" in 4 placements, the inputs moved between them
+    "placed": dict(warmup=5, trials=20, adaptive=True, max_trials=2000, target_ci_rel=0.01, time_budget_s=4.0,
+                   warmup_ms=100.0, min_time_s=0.25, placements=4),
 }
 
 
-def child(problems: Path, ids: list[int], windows: int, gap_s: float, device: str, realloc: bool = False) -> dict:
+def child(problems: Path, ids: list[int], windows: int, gap_s: float, device: str, realloc: bool = False,
+          settings: tuple[str, ...] = ("old", "new")) -> dict:
     import torch
 
     from kernelbench_harness.execution import timing as T
@@ -77,18 +83,21 @@ def child(problems: Path, ids: list[int], windows: int, gap_s: float, device: st
                                                                            dtype=torch.uint8, device=dev)))
                 sets[:] = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
                            for _ in range(3)]  # in place: fn reads this list
-            for name, kw in SETTINGS.items():
-                if realloc and name == "old":
-                    continue
+            for name in settings:
+                kw = SETTINGS[name]
                 time.sleep(gap_s)
                 g0 = probe.sample()
+                placer = T.Placer(sets, dev) if kw.get("placements", 1) > 1 else None
                 stats, info = T.time_callable(fn, dev, T.TimerSettings(timer="cuda_events" if cuda else "wall", l2_flush_bytes=flush,
-                                                                         statistic="median", **kw))
+                                                                         statistic="median", **kw), relocate=placer)
+                if placer is not None:
+                    placer.release()
                 rows.append({"setting": name, "window": w, "median_ms": stats.median_ms, "n": stats.n,
                              "ci_rel": (stats.ci95_high_ms - stats.ci95_low_ms) / 2 / stats.median_ms,
                              "first5_ms": [round(x, 5) for x in stats.samples_ms[:5]],
                              "warmup_calls": info.get("warmup_calls"), "elapsed_s": round(info["elapsed_s"], 3),
-                             "stopped": info["stopped"], "gpu_start": g0, "gpu_end": probe.sample()})
+                             "stopped": info["stopped"], "gpu_start": g0, "gpu_end": probe.sample(),
+                             "placement_medians_ms": info.get("placement_medians_ms")})
         out[str(pid)] = {"file": path.name, "windows": rows}
         del model, sets, keep
         if cuda:
@@ -110,17 +119,23 @@ def main() -> int:
     ap.add_argument("--gap-s", type=float, default=0.5)
     ap.add_argument("--realloc", action="store_true", help="new inputs (and outputs) for every window, the earlier ones "
                     "kept allocated: does a window's time follow where its tensors sit? (timer setting new only)")
+    ap.add_argument("--settings", default=None, help="comma-separated timer settings to interleave: old, new, "
+                    "placed (default: old,new; with --realloc: new)")
     ap.add_argument("--device", default="cuda:0", help="cpu: a smoke test of the script (wall clock)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     ids = [int(x) for x in a.ids.split(",") if x]
+    names = tuple(x for x in (a.settings or ("new" if a.realloc else "old,new")).split(",") if x)
+    unknown = [x for x in names if x not in SETTINGS]
+    if unknown:
+        ap.error(f"unknown setting(s) {', '.join(unknown)}: use {', '.join(SETTINGS)}")
     if a.child:
-        print(json.dumps(child(a.problems, ids, a.windows, a.gap_s, a.device, a.realloc)))
+        print(json.dumps(child(a.problems, ids, a.windows, a.gap_s, a.device, a.realloc, names)))
         return 0
     procs = []
     for k in range(a.procs):
         p = subprocess.run([sys.executable, __file__, "--child", "--problems", str(a.problems), "--out", str(a.out),
-                            "--ids", a.ids, "--windows", str(a.windows), "--gap-s", str(a.gap_s), "--device", a.device] + (["--realloc"] if a.realloc else []),
+                            "--ids", a.ids, "--windows", str(a.windows), "--gap-s", str(a.gap_s), "--device", a.device, "--settings", ",".join(names)] + (["--realloc"] if a.realloc else []),
                            capture_output=True, text=True)
         if p.returncode != 0:
             print(p.stderr[-3000:], file=sys.stderr)
@@ -129,7 +144,7 @@ def main() -> int:
         print(f"process {k} done", flush=True)
     summary: dict = {}
     for pid in (str(i) for i in ids):
-        for name in (["new"] if a.realloc else SETTINGS):
+        for name in names:
             per_proc = [[r["median_ms"] for r in pr[pid]["windows"] if r["setting"] == name] for pr in procs]
             proc_medians = [statistics.median(x) for x in per_proc]
             summary[f"L1/{pid} {name}"] = {
@@ -141,7 +156,7 @@ def main() -> int:
                 "timed_s_per_window": round(statistics.median(r["elapsed_s"] for pr in procs
                                                               for r in pr[pid]["windows"] if r["setting"] == name), 3),
             }
-    a.out.write_text(json.dumps({"settings": SETTINGS, "summary": summary, "processes": procs}, indent=1))
+    a.out.write_text(json.dumps({"settings": {n: SETTINGS[n] for n in names}, "summary": summary, "processes": procs}, indent=1))
     print(json.dumps(summary, indent=1))
     return 0
 

@@ -1,0 +1,187 @@
+"""Issue 3: timing in several placements (``Protocol.placements``): the inputs move to new memory
+between segments, the reported median is the mean of the segments' medians and its interval covers
+their spread. Every protocol uses one placement (on an H200 the placements of one run agreed; the
+run-to-run levels were launch latency), so these tests ask for placements explicitly."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import pytest
+import torch
+
+from kernelbench_harness.core import Backend, Candidate, Outcome
+from kernelbench_harness.errors import ConfigError
+from kernelbench_harness.execution import timing as T
+from kernelbench_harness.execution.device import DeviceEvaluator, EvalJob, pool_blocks
+from kernelbench_harness.protocols import Protocol, get_protocol
+
+from .evalkit import AFFINE, describe
+from .test_outcomes import TRITON_OK
+
+CPU = torch.device("cpu")
+FIXED = T.TimerSettings(timer="wall", warmup=2, trials=8, adaptive=False, placements=4)
+
+
+def _sets() -> list[list[Any]]:
+    g = torch.Generator().manual_seed(0)
+    return [[torch.randn(64, 32, generator=g), 3, torch.arange(5)] for _ in range(3)]
+
+
+def test_placer_moves_every_tensor_and_keeps_values_and_other_arguments() -> None:
+    sets = _sets()
+    before = [[x.clone() if isinstance(x, torch.Tensor) else x for x in s] for s in sets]
+    ptrs = {x.data_ptr() for s in sets for x in s if isinstance(x, torch.Tensor)}
+    outer = sets
+    placer = T.Placer(sets, CPU)
+    placer(1)
+    assert sets is outer and placer.moved == 1 and placer.skipped == 0
+    for s, b in zip(sets, before):
+        assert s[1] == 3
+        for x, y in zip(s, b):
+            if isinstance(x, torch.Tensor):
+                assert torch.equal(x, y) and x.dtype == y.dtype and x.stride() == y.stride()
+                assert x.data_ptr() not in ptrs  # new memory, not an old tensor's block
+    assert placer.spacer is not None and placer.spacer.numel() == 8 * (1 << 20) + 4096  # (7 mod 61) + 1 MiB
+    placer(2)
+    assert placer.spacer.numel() == 15 * (1 << 20) + 2 * 4096  # another size and alignment each time
+    assert len(placer.retired) == 3  # the first placement's sets, its spacer, the second's sets
+    placer.release()
+    assert placer.spacer is None and not placer.retired
+
+
+def test_placer_keeps_the_sets_where_they_are_when_the_device_lacks_memory_for_a_second_copy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sets = _sets()
+    ptrs = [x.data_ptr() for s in sets for x in s if isinstance(x, torch.Tensor)]
+    placer = T.Placer(sets, CPU)
+    placer.device = torch.device("cuda", 0)  # as on a GPU: free memory is asked first
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (100 << 20, 80 << 30))
+    placer(1)
+    assert placer.skipped == 1 and placer.moved == 0 and placer.spacer is None
+    assert [x.data_ptr() for s in sets for x in s if isinstance(x, torch.Tensor)] == ptrs
+
+
+def test_time_callable_times_each_placement_after_moving_the_inputs_and_numbers_trials_on() -> None:
+    sets = _sets()
+    placer = T.Placer(sets, CPU)
+    log: list[tuple[str, int, int]] = []  # (what, index, data_ptr of the set's first tensor)
+    state = {"timed": False}
+
+    def between() -> None:
+        state["timed"] = True
+
+    def fn(i: int) -> None:
+        log.append(("timed" if state["timed"] else "warmup", i, sets[i % 3][0].data_ptr()))
+        state["timed"] = False
+
+    stats, info = T.time_callable(fn, CPU, FIXED, between=between, relocate=placer)
+    assert placer.moved == 3
+    assert info["placements"] == 4 and info["stopped"] == "placements:4"
+    assert info["placement_n"] == [8, 8, 8, 8] and stats.n == 32 and len(stats.samples_ms) == 32
+    timed = [i for what, i, _ in log if what == "timed"]
+    assert timed == list(range(32))  # numbered on across placements: input rotation and refreshes stay in step
+    # every placement's trials ran on its own memory, and each placement warmed up again before timing
+    by_placement = [{p for what, i, p in log if what == "timed" and 8 * k <= i < 8 * (k + 1)} for k in range(4)]
+    for a in range(4):
+        for b in range(a + 1, 4):
+            assert not by_placement[a] & by_placement[b]
+    assert info["warmup_calls"] == 4 * FIXED.warmup
+    meds = [statistics.median(stats.samples_ms[8 * k:8 * (k + 1)]) for k in range(4)]
+    assert stats.median_ms == pytest.approx(statistics.fmean(meds))
+    assert info["placement_medians_ms"] == pytest.approx(meds, abs=1e-6)  # stored to the nanosecond
+
+
+def test_without_relocate_or_with_one_placement_timing_is_one_segment() -> None:
+    calls: list[int] = []
+    stats, info = T.time_callable(calls.append, CPU, FIXED)  # placements asked, nothing to move
+    assert "placements" not in info and stats.n == FIXED.trials
+    stats, info = T.time_callable(calls.append, CPU, T.TimerSettings(timer="wall", warmup=1, trials=5),
+                                  relocate=T.Placer(_sets(), CPU))
+    assert "placements" not in info and stats.n == 5
+
+
+def test_adaptive_settings_are_shared_out_over_the_placements() -> None:
+    s = T.TimerSettings(adaptive=True, trials=20, max_trials=2000, time_budget_s=4.0, min_time_s=0.25,
+                        warmup_ms=100.0, placements=4)
+    part = T.segment_settings(s, 4)
+    assert (part.trials, part.max_trials, part.placements) == (5, 500, 1)
+    assert part.time_budget_s == pytest.approx(1.0) and part.min_time_s == pytest.approx(0.0625)
+    assert part.warmup_ms == 100.0  # the first placement warms an idle GPU up fully
+
+
+def test_the_median_is_the_mean_over_placements_and_its_interval_covers_their_spread() -> None:
+    s = T.TimerSettings(placements=4)
+    two_levels = [[1.0, 1.001, 0.999] * 10, [1.0, 1.001, 0.999] * 10, [1.3, 1.301, 1.299] * 10,
+                  [1.3, 1.301, 1.299] * 10]
+    st = T.pool_placement_samples(two_levels, s, "cuda_events")
+    assert st.median_ms == pytest.approx(1.15)
+    assert st.ci95_low_ms < 1.0 and st.ci95_high_ms > 1.3  # t(3) x se = 3.18 x 0.087: both levels inside
+    assert st.n == 120 and st.min_ms == pytest.approx(0.999) and st.max_ms == pytest.approx(1.301)
+    one_level = [[1.0, 1.001, 0.999] * 10] * 4
+    st1 = T.pool_placement_samples(one_level, s, "cuda_events")
+    assert st1.median_ms == pytest.approx(1.0) and st1.ci_rel_halfwidth < 0.002
+    # one placement in four on the slow level moves the result by a quarter of the gap; a median of the
+    # pooled samples would not move at all, and would jump the whole gap at two in four
+    three_one = [[1.0, 1.001, 0.999] * 10] * 3 + [[1.3, 1.301, 1.299] * 10]
+    assert T.pool_placement_samples(three_one, s, "cuda_events").median_ms == pytest.approx(1.075)
+    assert statistics.median([x for p in three_one for x in p]) == pytest.approx(1.0, abs=0.002)
+
+
+def test_alternated_blocks_pool_their_placements_alike() -> None:
+    s = T.TimerSettings(placements=2)
+    mk = lambda vals: T.summarize_samples(vals, timer="wall", statistic="median")  # noqa: E731
+    blocks = [(mk([1.0] * 5 + [1.2] * 5), {"placement_n": [5, 5], "elapsed_s": 0.1}),
+              (mk([1.0] * 5 + [1.0] * 5), {"placement_n": [5, 5], "elapsed_s": 0.1})]
+    stats, info = pool_blocks(blocks, s)
+    assert stats.median_ms == pytest.approx((1.0 + 1.2 + 1.0 + 1.0) / 4) and stats.n == 20
+    assert info["stopped"] == "alternated:2"
+
+
+def test_protocols_placements_and_stored_protocols_without_the_field() -> None:
+    for name in ("kbench", "kernelbench", "cuda-agent"):
+        assert get_protocol(name).placements == 1
+    d = get_protocol("kbench").to_dict()
+    d.pop("placements")
+    old = Protocol.from_dict(d)
+    assert old.placements == 1  # what a store written before the field did
+    assert old.fingerprint() == get_protocol("kbench").fingerprint()  # its baselines are still reused
+    four = get_protocol("kbench", placements=4)
+    assert four.timing_fingerprint() != old.timing_fingerprint()  # baselines in 4 placements are kept apart
+    with pytest.raises(ConfigError, match="placements"):
+        get_protocol("kbench", placements=0)
+    with pytest.raises(ConfigError, match="placements"):
+        get_protocol("kbench", placements="4")
+    assert T.TimerSettings.from_protocol(four, CPU).placements == 4
+
+
+def test_candidate_and_baselines_are_timed_in_placements(evaluator: DeviceEvaluator) -> None:
+    proto = get_protocol("kbench", warmup=1, trials=8, max_trials=40, time_budget_s=0.4, placements=4)
+    cand = Candidate(AFFINE.level, AFFINE.problem_id, TRITON_OK, Backend.detect(TRITON_OK))
+    res = evaluator.evaluate(EvalJob(AFFINE, cand, proto, run_seed=5, baselines={}, timeout_s=60,
+                                     build_timeout_s=60))
+    assert res.outcome is Outcome.CORRECT, describe(res)
+    info = res.extra["timing_info"]
+    assert info["placements"] == 4 and info["placements_moved"] == 3 and info["placements_skipped"] == 0
+    n = info["placement_n"]
+    assert len(n) == 4 and sum(n) == res.candidate.n
+    at, meds = 0, []
+    for c in n:
+        meds.append(statistics.median(res.candidate.samples_ms[at:at + c]))
+        at += c
+    assert res.candidate.median_ms == pytest.approx(statistics.fmean(meds))
+    for mode in ("eager", "compile:default"):
+        binfo = res.extra["baseline_info"][mode]
+        assert binfo["placements"] == 4 and len(binfo["placement_medians_ms"]) == 4, binfo
+
+
+def test_launch_hiding_is_off_in_every_protocol_and_never_on_a_cpu() -> None:
+    for name in ("kbench", "kernelbench", "cuda-agent"):
+        assert get_protocol(name).hide_launch is False
+    d = get_protocol("kernelbench").to_dict()
+    d.pop("hide_launch")
+    assert Protocol.from_dict(d).fingerprint() == get_protocol("kernelbench").fingerprint()
+    on = get_protocol("kbench", hide_launch=True)
+    assert on.timing_fingerprint() != get_protocol("kbench").timing_fingerprint()  # its baselines kept apart
+    assert T.TimerSettings.from_protocol(on, CPU).hide_launch is False
