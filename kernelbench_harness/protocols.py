@@ -104,10 +104,11 @@ class Protocol:
             the four placements of one run agreed within 1% for 17 of 20 problems while runs differed
             by 10-30%, which launch latency explains; see ``hide_launch``).
         hide_launch: give the GPU a spin before each trial's start event so the call's kernels are
-            queued when it fires: the pair then measures the GPU's work without the host's launch
-            latency (cuda_events only; see :mod:`kernelbench_harness.execution.timing`). Off in every
-            protocol: work on another stream, and host work that ends within the spin (a result
-            computed on the CPU, then copied), run untimed during the spin.
+            queued when it fires; a trial's time is then the larger of the GPU's time for the call and
+            the host's time to issue it, without the host's launch latency in between (cuda_events
+            only; see :mod:`kernelbench_harness.execution.timing`). Off in every protocol until it has
+            been run through the exploit suite on a GPU: work on another stream can run, untimed,
+            during the spin (a candidate seen using several streams is timed without it).
         input_device: where the trusted side draws the input sets: ``cpu`` (``get_inputs()`` as it
             is, KernelBench's and CUDA Agent's way; the values depend on the CPU generator only) or
             ``device`` (tensors created on the run's GPU, then copied to the host: milliseconds

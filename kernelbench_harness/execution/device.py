@@ -1017,12 +1017,13 @@ class DeviceEvaluator:
                     phase["baselines"] = phase.get("baselines", 0.0) + time.perf_counter() - t0
                     mark("baseline_compile")
                 part = block_settings(full, rounds)
+                cand_part, hiding = launch_hiding_for(part, profile)
                 cand_blocks: list[tuple[TimingStats, dict[str, Any]]] = []
                 base_blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
                 for _r in range(rounds):
                     with self.timing_window("candidate") as window:
-                        h.chan.send({"cmd": "time", "timer": dataclasses.asdict(part)} if rounds > 1
-                                    else {"cmd": "time"})
+                        h.chan.send({"cmd": "time", "timer": dataclasses.asdict(cand_part)}
+                                    if rounds > 1 or cand_part is not part else {"cmd": "time"})
                         # from when the window got the device: waiting for the lock is not the candidate's time
                         tm = expect(max(run_deadline, time.monotonic()) + job.timeout_s, "timing")
                     timing_windows.append(window)
@@ -1037,6 +1038,8 @@ class DeviceEvaluator:
                         phase["baselines"] = phase.get("baselines", 0.0) + time.perf_counter() - t0
                 stats, tinfo = pool_blocks(cand_blocks, part)
                 tinfo.pop("windows", None)
+                if hiding:
+                    tinfo["launch_hiding"] = hiding
                 if rounds > 1 and measured is not None:
                     measured.update(self._finish_baselines(ctx, list(alternate or []), fns, base_blocks, part))
                 mark("timing")  # includes waiting for the device's timing lock, and alternated baselines
@@ -1347,6 +1350,32 @@ def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],
     if windows:
         info["window"], info["windows"] = windows[0], windows
     return stats, info
+
+
+def launch_hiding_for(settings: _timing.TimerSettings,
+                      profile: dict[str, Any]) -> tuple[_timing.TimerSettings, str | None]:
+    """The candidate's timer settings under ``hide_launch``: the spin before each start event does not
+    hold back other streams, so a candidate whose profiled call used more than one stream, or whose
+    streams are unknown (no profile), is timed without it.
+
+    Args:
+        settings: the block's settings (``hide_launch`` as the protocol asks).
+        profile: the launch check's result for the candidate (``streams``: the CUDA streams its kernels
+            ran on; ``error`` when the profiler was unavailable).
+
+    Returns:
+        ``(settings, note)``: the same object when nothing changes, else a copy with ``hide_launch``
+        off, and a note for ``timing_info["launch_hiding"]`` (None when hiding is off or kept).
+    """
+    if not settings.hide_launch:
+        return settings, None
+    streams = profile.get("streams")
+    if not isinstance(streams, list) or "error" in profile:
+        return dataclasses.replace(settings, hide_launch=False), "off: the candidate's streams are unknown"
+    if len(streams) > 1:
+        return (dataclasses.replace(settings, hide_launch=False),
+                f"off: the candidate's profiled call ran kernels on {len(streams)} streams")
+    return settings, "on"
 
 
 def block_settings(settings: _timing.TimerSettings, rounds: int) -> _timing.TimerSettings:

@@ -34,14 +34,18 @@ Launch hiding (``hide_launch``, cuda_events only; off in every protocol): before
 start event the GPU is given a spin (``torch.cuda._sleep``) of about three times the host's time to
 launch one call (at least 0.05 ms, at most 10 ms; measured during warm-up), so the call's kernels are
 queued before the start event fires and the pair measures the GPU's work, not the host's launch
-latency. On an H200 (session 7, ``scripts/gpu/launch_bound.py``) single-call times of sub-3 ms eager
-problems sat on levels 3-19% apart in different processes while 20 calls back to back agreed within
-0.5-2.8%: the levels were host launch time inside the timed region. A call whose launch outlasts the
-spin is timed as before (its gap counts) and counted in ``info["launch_exposed"]``. Not yet a protocol
-default: work a candidate puts on another stream is not held behind the spin and can run, untimed,
-while the current stream sleeps (the side-stream check still sees work that ends after the end event),
-and host work that ends within the spin (a result computed on the CPU, then copied) is not timed
-either; the spin is sized from the same call's host time, so such a call hides itself.
+latency. Each trial's time is the larger of that device time and the host's time to issue the call
+(start event, the call, end event): a call's time when calls are issued back to back. Host work (a
+result computed on the CPU, then copied) counts through the host time, and a launch-bound call (a few
+microseconds of GPU work) is timed by its host time. On an H200 (session 7,
+``scripts/gpu/launch_bound.py``) single-call times of sub-3 ms eager problems sat on levels 3-23%
+apart in different processes, while the same calls timed with the spin agreed within 0.04-2.5% (20
+calls back to back: 0.3-2.4%): the levels were host launch latency inside the timed region. A call
+whose launch outlasts the spin is timed as before (its gap counts; ``info["launch_exposed"]``). Not
+yet a protocol default: work a candidate puts on another stream is not held behind the spin and can
+run, untimed, while the current stream sleeps (the side-stream check sees only work that ends after
+the end event); the trusted side therefore times a candidate that used more than one stream in its
+profiled call without the spin.
 
 Adaptive trials (``kbench`` protocol): after ``trials`` trials and at least ``min_time_s`` seconds of
 timing, continue until the 95% confidence interval of the median is within ``target_ci_rel`` of the
@@ -490,6 +494,7 @@ class _LaunchHider:
         self.cycles = 0
         self.sleep_ms = 0.0
         self.exposed = 0
+        self.host_bound = 0
         self.trials = 0
         self.host_ms: list[float] = []
 
@@ -509,7 +514,8 @@ class _LaunchHider:
     def info(self) -> dict[str, Any]:
         return {"launch_sleep_ms": round(self.sleep_ms, 4), "launch_host_ms": round(
             sorted(self.host_ms)[len(self.host_ms) // 2], 5) if self.host_ms else None,
-            "launch_exposed": self.exposed, "launch_hidden_trials": self.trials}
+            "launch_exposed": self.exposed, "launch_host_bound": self.host_bound,
+            "launch_hidden_trials": self.trials}
 
 
 def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerSettings, timer: str,
@@ -567,11 +573,17 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
             hl = _perf_counter_ns()
             _synchronize(device)  # every stream, so side-stream work ends inside the host interval
             h1 = _perf_counter_ns()
+            event_ms = _elapsed_time(start, end)
             if hide is not None:
+                host_ms = (hl - h0) / 1e6  # the host's time to issue the call (its own work included)
                 hide.trials += 1
-                if (hl - h0) / 1e6 > hide.sleep_ms:  # launched after the spin ended: the gap counts
+                if host_ms > hide.sleep_ms:  # launched after the spin ended: the gap counts
                     hide.exposed += 1
-            samples.append(_elapsed_time(start, end))
+                if host_ms > event_ms:
+                    hide.host_bound += 1
+                samples.append(max(event_ms, host_ms))
+            else:
+                samples.append(event_ms)
             if hide is not None:
                 # host time from when the spin ended (its start plus its GPU length) until the device is idle
                 synced.append(max(0.0, (h1 - hp) / 1e6 - _elapsed_time(pre, start)))

@@ -185,3 +185,86 @@ def test_launch_hiding_is_off_in_every_protocol_and_never_on_a_cpu() -> None:
     on = get_protocol("kbench", hide_launch=True)
     assert on.timing_fingerprint() != get_protocol("kbench").timing_fingerprint()  # its baselines kept apart
     assert T.TimerSettings.from_protocol(on, CPU).hide_launch is False
+
+
+def test_a_candidate_seen_on_several_streams_or_unprofiled_is_timed_without_launch_hiding() -> None:
+    from kernelbench_harness.execution.device import launch_hiding_for
+
+    on = T.TimerSettings(timer="cuda_events", hide_launch=True)
+    assert launch_hiding_for(on, {"kernels": {"k": 1}, "streams": [7]}) == (on, "on")
+    for profile in ({"kernels": {"k": 1}, "streams": [7, 9]}, {"error": "profiler unavailable"}, {}):
+        settings, note = launch_hiding_for(on, profile)
+        assert settings.hide_launch is False and note.startswith("off"), profile
+        assert settings.timer == "cuda_events"  # nothing else changes
+    off = T.TimerSettings(timer="cuda_events")
+    assert launch_hiding_for(off, {"streams": [1, 2]}) == (off, None)
+
+
+class _FakeEvent:
+    """A CUDA event stand-in: every start/end pair spans ``GPU_MS`` of 'device' time; a pre/start pair
+    (the spin) spans ``SPIN_MS``."""
+
+    GPU_MS = 0.5
+    SPIN_MS = 0.2
+
+    made = 0
+
+    def __init__(self, enable_timing: bool = True) -> None:
+        _FakeEvent.made += 1
+        self.order = _FakeEvent.made  # creation order: the loop makes start, end, then the spin's pre
+
+
+def _fake_timing(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    spins: list[int] = []
+
+    def record(ev: _FakeEvent) -> None:
+        pass
+
+    def elapsed(a: _FakeEvent, b: _FakeEvent) -> float:
+        return _FakeEvent.SPIN_MS if b.order < a.order else _FakeEvent.GPU_MS  # (pre, start): the spin
+
+    monkeypatch.setattr(T, "_Event", _FakeEvent)
+    monkeypatch.setattr(T, "_record", record)
+    monkeypatch.setattr(T, "_elapsed_time", elapsed)
+    monkeypatch.setattr(T, "_synchronize", lambda device=None: None)
+    monkeypatch.setattr(T, "_sleep", lambda cycles: spins.append(int(cycles)))
+    return spins
+
+
+@pytest.mark.parametrize("host_ms", [0.0, 3.0])
+def test_a_hidden_trial_is_the_larger_of_the_device_time_and_the_host_time_to_issue_the_call(
+        monkeypatch: pytest.MonkeyPatch, host_ms: float) -> None:
+    """With launch hiding a call whose host side is short is timed by its device time (launch latency
+    gone); a call whose host side is long (work on the CPU, or a launch-bound call) by its host time,
+    so the spin never hides host work."""
+    import time
+
+    spins = _fake_timing(monkeypatch)
+    settings = T.TimerSettings(timer="cuda_events", warmup=3, trials=6, adaptive=False, hide_launch=True)
+
+    def fn(i: int) -> None:
+        if host_ms:
+            time.sleep(host_ms / 1000)
+
+    stats, info = T.time_callable(fn, torch.device("cuda", 0), settings)
+    assert stats.n == 6 and info["launch_hidden_trials"] == 6
+    if host_ms:
+        assert min(stats.samples_ms) >= host_ms and info["launch_host_bound"] == 6
+        assert info["launch_exposed"] == 0  # the spin, 3x the host time, still covered the launch
+        assert info["launch_sleep_ms"] == pytest.approx(min(10.0, 3 * info["launch_host_ms"]), rel=1e-3)
+    else:
+        assert stats.samples_ms == (_FakeEvent.GPU_MS,) * 6 and info["launch_host_bound"] == 0
+        assert info["launch_sleep_ms"] == 0.05  # the floor
+    # one calibration spin of 1M cycles, then one spin per timed trial sized from the calibration
+    assert spins[0] == 1_000_000 and len(spins) == 7
+    per_ms = 1_000_000 / _FakeEvent.GPU_MS
+    assert spins[1] == pytest.approx(max(1000, per_ms * info["launch_sleep_ms"]), rel=1e-4)  # info rounds
+    # synced: host time after the spin until idle, never negative
+    assert all(x >= 0 for x in info["synced_ms"]) and len(info["synced_ms"]) == 6
+
+
+def test_without_hiding_the_event_time_is_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    spins = _fake_timing(monkeypatch)
+    settings = T.TimerSettings(timer="cuda_events", warmup=2, trials=4, adaptive=False)
+    stats, info = T.time_callable(lambda i: None, torch.device("cuda", 0), settings)
+    assert stats.samples_ms == (_FakeEvent.GPU_MS,) * 4 and not spins and "launch_hidden_trials" not in info
