@@ -315,6 +315,17 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
     if bad:
         raise ConfigError(f"unknown protocol setting(s): {', '.join(sorted(bad))}",
                           fix="see `kbench protocols show` for the settings")
+    for key, value in overrides.items():  # a setting's value has the type of the protocol's own
+        have = getattr(_BASE[name], key)
+        if key in ("tolerances", "baseline_modes", "round_sig", "tf32") or value is None and have is None:
+            continue
+        want = type(have)
+        ok = (isinstance(value, bool) if want is bool else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if want is float else
+              isinstance(value, int) and not isinstance(value, bool) if want is int else isinstance(value, want))
+        if not ok:
+            raise ConfigError(f"protocol setting {key} must be {want.__name__}, not {value!r}",
+                              fix=f"pass e.g. -P {key}={str(have).lower() if want is bool else have}")
     for mode in overrides.get("baseline_modes", ()):
         if mode not in COMPILE_MODES:
             raise ConfigError(f"unknown torch.compile mode {mode!r}", fix=f"use one of: {', '.join(COMPILE_MODES)}")

@@ -184,7 +184,7 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
 _RUN_FIELDS = {"model": "model", "problems": "problems", "level": "levels", "ids": "ids", "samples": "samples",
                "turns": "turns", "backend": "backend", "model_args": "params", "adapter_options": "model_options",
                "protocol": "protocol", "precision": "precision", "compile_modes": "protocol_overrides",
-               "seed": "seed"}
+               "protocol_options": "protocol_overrides", "seed": "seed"}
 
 
 def given_on_command_line(ctx: click.Context) -> set[str]:
@@ -215,6 +215,9 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
 @click.option("--protocol", default="kbench", show_default=True, type=click.Choice(PROTOCOL_NAMES),
               help="Evaluation protocol (see `kbench protocols show`).")
 @click.option("--precision", default="fp32", show_default=True, type=click.Choice(PRECISIONS))
+@click.option("-P", "--protocol-option", "protocol_options", multiple=True, metavar="KEY=VALUE",
+              help="Change one protocol setting, e.g. -P hide_launch=true -P placements=4 (see `kbench "
+                   "protocols show`); the run's protocol then has its own fingerprint and its own tables.")
 @click.option("--compile-modes", default=None, metavar="MODES",
               help=f"Extra torch.compile baseline modes, comma-separated ({', '.join(COMPILE_MODES)}).")
 @db_option
@@ -247,7 +250,8 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
               help="Render the HTML report under reports/<run_name>/ at the end.")
 def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None, samples: int, turns: int,
             backend: str, model_args: tuple[str, ...], adapter_options: tuple[str, ...], protocol: str,
-            precision: str, compile_modes: str | None, db: str | None, gpus: str | None,
+            precision: str, protocol_options: tuple[str, ...], compile_modes: str | None, db: str | None,
+            gpus: str | None,
             timing_cpus: int | None, run_name: str | None,
             resume: bool, timeout_s: float, build_timeout_s: float, build_workers: int | None, warm_workers: int | None, seed: int | None,
             executor: str, ray_address: str | None, start_method: str, no_sandbox: bool, display: str,
@@ -261,7 +265,7 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
       kbench run -m cuda-agent --problems ../KernelBench/KernelBench --level 1-3 --turns 4
       kbench run --run-name my-run --resume             # continue after an interruption
     """
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = parse_kv(protocol_options, "-P value")
     if compile_modes:
         modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
         overrides["baseline_modes"] = modes
@@ -305,20 +309,23 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
 @ids_option
 @click.option("--protocol", default="kbench", show_default=True, type=click.Choice(PROTOCOL_NAMES))
 @click.option("--precision", default="fp32", show_default=True, type=click.Choice(PRECISIONS))
+@click.option("-P", "--protocol-option", "protocol_options", multiple=True, metavar="KEY=VALUE",
+              help="Change one protocol setting (as for `kbench run`).")
 @click.option("--compile-modes", default="default", show_default=True, metavar="MODES",
               help=f"torch.compile modes to measure, comma-separated ({', '.join(COMPILE_MODES)}).")
 @click.option("--force", is_flag=True, help="Measure again even when the store has a matching baseline.")
 @db_option
 @click.option("--gpus", default=None, metavar="LIST", help="Device slots (as for `kbench run`).")
 def baseline_cmd(problems: str | None, level: str | None, ids: str | None, protocol: str, precision: str,
-                 compile_modes: str, force: bool, db: str | None, gpus: str | None) -> None:
+                 protocol_options: tuple[str, ...], compile_modes: str, force: bool, db: str | None,
+                 gpus: str | None) -> None:
     """Measure eager and torch.compile baselines ahead of runs, on this machine, and cache them in the store.
 
     A run reuses a stored baseline only when the problem source, hardware, software versions,
     protocol timing settings and precision all match exactly.
     """
     modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
-    proto = get_protocol(protocol, precision, baseline_modes=modes)
+    proto = get_protocol(protocol, precision, **{**parse_kv(protocol_options, "-P value"), "baseline_modes": modes})
     check_problems_source(problems)
     ps = load_problems(problems, levels=parse_levels(level), ids=ids)
     console = Console()

@@ -108,3 +108,33 @@ def test_a_bad_reference_budget_is_refused_before_anything_is_stored(tmp_path, m
     assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
     assert "KBENCH_REF_BUDGET_BYTES='12GB'" in str(res.exception) and "number of bytes" in res.exception.fix
     assert not (tmp_path / "k.db").exists()
+
+
+def test_protocol_options_are_checked_before_anything_is_stored(tmp_path):
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", "no_such_setting=1")
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
+    assert "no_such_setting" in str(res.exception) and "protocols show" in res.exception.fix
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", "hide_launch=maybe")
+    assert isinstance(res.exception, ConfigError) and "hide_launch must be bool" in str(res.exception)
+    assert "-P hide_launch=false" in res.exception.fix
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", "placements=0")
+    assert isinstance(res.exception, ConfigError) and "placements" in str(res.exception)
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", "placements")
+    assert isinstance(res.exception, ConfigError) and "key=value" in res.exception.fix
+    assert not (tmp_path / "k.db").exists()
+
+
+def test_a_protocol_option_is_stored_with_the_run_under_its_own_fingerprint(tmp_path):
+    import json
+    import sqlite3
+
+    from kernelbench_harness.protocols import get_protocol
+
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "--run-name", "p4", "-P", "placements=2")
+    assert res.exit_code == 0, res.output
+    con = sqlite3.connect(tmp_path / "k.db")
+    proto, fp = con.execute("select protocol, protocol_fingerprint from runs where run_name='p4'").fetchone()
+    assert json.loads(proto)["placements"] == 2
+    assert fp == get_protocol("kbench", placements=2).fingerprint() != get_protocol("kbench").fingerprint()
+    (extra,) = con.execute("select extra from results").fetchone()
+    assert json.loads(extra)["timing_info"]["placements"] == 2  # the candidate was timed that way
