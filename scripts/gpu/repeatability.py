@@ -113,7 +113,9 @@ def main() -> int:
     ap.add_argument("--problems", required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--n", type=int, default=20)
-    ap.add_argument("--protocols", default="kbench,kernelbench")
+    ap.add_argument("--protocols", default="kbench,kernelbench",
+                    help="comma-separated; an entry may change protocol settings after a colon, separated by "
+                         "'+': kbench:hide_launch=true+placements=4 (passed to kbench run as -P KEY=VALUE)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--warm-workers", default="6")
     ap.add_argument("--work", type=Path, default=REPO / "results" / "kbrepeat",
@@ -134,7 +136,8 @@ def main() -> int:
     env = dict(os.environ)
     for rep in "ABCDEFGH"[: a.repeats]:
         for proto in protocols:
-            name = f"repeat-{proto}-{rep}"
+            base, _, opts = proto.partition(":")
+            name = f"repeat-{proto.replace(':', '-').replace('+', '-').replace('=', '')}-{rep}"
             db = work / f"{name}.db"
             rows = read_rows(db, name)
             earlier = (before.get("runs") or {}).get(name) or {}
@@ -144,7 +147,8 @@ def main() -> int:
                 continue
             t0 = time.monotonic()
             cmd = [sys.executable, "-m", "kernelbench_harness", "run", "--model", f"replay:{sel}",
-                   "--problems", a.problems, "--level", "1", "--ids", ids, "--protocol", proto,
+                   "--problems", a.problems, "--level", "1", "--ids", ids, "--protocol", base,
+                   *[x for o in opts.split("+") if o for x in ("-P", o)],
                    "--db", str(db), "--run-name", name, "--no-report", "--display", "plain",
                    "--warm-workers", a.warm_workers]
             if has_run(db, name):

@@ -8,11 +8,14 @@
 #   diag      scripts/gpu/landlock_diag.py: which sandbox layer stops CUDA here (about 1 minute)
 #   exploits  scripts/gpu/exploits.py, the GPU-only exploit kinds (issue 4)
 #   repeat    scripts/gpu/repeatability.py: 20 level-1 candidates, kbench and kernelbench protocols,
-#             each in its own store (issue 3)
+#             each in its own store (issue 3); REPEAT_PROTOCOLS=kbench:hide_launch=true times with the
+#             launch hidden (settings after a colon, '+' between them)
 #   repeatpar the same on two GPUs at once: kbench's runs A and B on GPU 0, kernelbench's on GPU 1
 #   drift     scripts/gpu/timing_drift.py: short kernels' eager times window to window and process to
 #             process, timer settings before and after the time-based warm-up (issue 3)
 #   ncu       scripts/gpu/ncu_fidelity.py: kbench's time next to Nsight Compute's (issue 3)
+#   launch    scripts/gpu/launch_bound.py: single-call, launch-hidden and back-to-back times of short eager
+#             problems in fresh processes (issue 3; about 2 minutes)
 #   sweep     scripts/gpu/sweep.py over KernelBench levels 1-3 (issue 7)
 # Needs .whl/ (sqlalchemy, greenlet, alembic, mako, tenacity for Python 3.12) and .data/ (copies of
 # ../shared/kernelsseum-v0 and ../shared/kernelbench/level1-3) carried; .gpu/ may carry the store
@@ -82,6 +85,9 @@ for phase in ${PHASES//,/ }; do
     drift)
       timeout ${T_DRIFT:-120} python3 scripts/gpu/timing_drift.py --problems .data/kernelsseum-v0/problems \
         --out "$OUT/drift.json" --windows ${DRIFT_WINDOWS:-4} >> "$OUT/session.log" 2>&1 ;;
+    launch)
+      timeout ${T_LAUNCH:-240} python3 scripts/gpu/launch_bound.py --problems .data/kernelsseum-v0/problems \
+        --out "$OUT/launch.json" --procs ${LAUNCH_PROCS:-5} >> "$OUT/session.log" 2>&1 ;;
     repeatpar)
       # two GPUs of one host: protocol kbench's runs A and B on GPU 0, kernelbench's on GPU 1, at the same
       # time, each run pair on one GPU inside one call, each half of the cores (so the slots' timing-core
