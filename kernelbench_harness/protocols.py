@@ -101,8 +101,9 @@ class Protocol:
             input sets moved to new device memory before each segment after the first; the median is
             the mean of the segments' medians and its interval includes their spread (see
             :mod:`kernelbench_harness.execution.timing`). 1 = one placement (every protocol: on an H200
-            the four placements of one run agreed within 1% for 17 of 20 problems while runs differed
-            by 10-30%, which launch latency explains; see ``hide_launch``).
+            the four placements of one eager baseline spread by a median 1.0% while two runs' eager
+            times differed by a median 6.6% (p90 34%), differences launch latency explains; see
+            ``hide_launch``).
         hide_launch: give the GPU a spin before each trial's start event so the call's kernels are
             queued when it fires; a trial's time is then the larger of the GPU's time for the call and
             the host's time to issue it, without the host's launch latency in between (cuda_events

@@ -18,9 +18,10 @@ since the first. A GPU left idle drops its clocks; a few calls of a short kernel
 Placements (``placements``; 1 in every protocol): on an H200 (2026-12-01,
 ``scripts/gpu/timing_drift.py --realloc``) a 0.06 ms matrix-vector product sat at 0.064 ms in one
 process and at 0.078 ms after its inputs had been allocated again, clocks fixed at 1980 MHz. Timing in
-four placements then showed that the placements of one run agree (within 1% for 17 of 20 problems)
-while two runs differ by 10-30%: the levels are the host's launch latency (see launch hiding below),
-not where the tensors sit. Placements stay available to measure placement sensitivity. With
+four placements (session 7, 20 level-1 candidates, two runs) then showed the placements of one eager
+baseline spreading by a median 1.0% (candidates 0.6%) while the two runs' eager times differed by a
+median 6.6% (p90 34%): the levels are mostly the host's launch latency (see launch hiding below), not
+where the tensors sit. Placements stay available to measure placement sensitivity. With
 ``placements`` = P > 1 and a ``relocate`` callback, the
 timed loop runs in P segments; before segments 1..P-1 the caller's input sets move to newly allocated
 device memory behind a spacer allocation of another size (:class:`Placer`), so the callable's own
