@@ -39,7 +39,7 @@ latency. Each trial's time is the larger of that device time and the host's time
 (start event, the call, end event): a call's time when calls are issued back to back. Host work (a
 result computed on the CPU, then copied) counts through the host time, and a launch-bound call (a few
 microseconds of GPU work) is timed by its host time. On an H200 (session 7,
-``scripts/gpu/launch_bound.py``) single-call times of sub-3 ms eager problems sat on levels 3-23%
+``scripts/gpu/launch_bound.py``) single-call times of sub-3 ms eager problems sat on levels 2-23%
 apart in different processes, while the same calls timed with the spin agreed within 0.04-2.5% (20
 calls back to back: 0.3-2.4%): the levels were host launch latency inside the timed region. A call
 whose launch outlasts the spin is timed as before (its gap counts; ``info["launch_exposed"]``). Not
