@@ -62,7 +62,7 @@ for phase in ${PHASES//,/ }; do
     diag)
       timeout ${T_DIAG:-120} python3 scripts/gpu/landlock_diag.py >> "$OUT/session.log" 2>&1 ;;
     exploits)
-      timeout ${T_EXPLOITS:-150} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" ${EXPLOITS_ONLY:+--only $EXPLOITS_ONLY} >> "$OUT/session.log" 2>&1 ;;
+      timeout ${T_EXPLOITS:-150} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" ${EXPLOITS_ONLY:+--only $EXPLOITS_ONLY} ${EXPLOITS_P:+-P $EXPLOITS_P} >> "$OUT/session.log" 2>&1 ;;
     fid)
       # a few candidates in their own run (the ncu phase reads it): also shows whether the device slots
       # load the build pool's binaries (build phase ~0 s in the slot) on this machine
