@@ -32,11 +32,12 @@ import statistics
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing_drift import load_eager  # noqa: E402  (one copy of the problem loading)
 
 
 def child(problems: Path, ids: list[int], rounds: int) -> dict:
@@ -55,16 +56,7 @@ def child(problems: Path, ids: list[int], rounds: int) -> dict:
     hidden = dataclasses.replace(single, hide_launch=True)
     out: dict = {"cpu_start": _cpu(), "affinity": sorted(os.sched_getaffinity(0)), "problems": {}}
     for pid in ids:
-        path = next((problems / "level1").glob(f"{pid}_*.py"))
-        mod = types.ModuleType("p")
-        exec(compile(path.read_text(), str(path), "exec"), mod.__dict__)
-        torch.manual_seed(0)
-        model = mod.Model(*mod.get_init_inputs()).to(dev)
-        sets = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()] for _ in range(3)]
-
-        def fn(i: int, model=model, sets=sets):
-            with torch.no_grad():
-                return model(*sets[i % 3])
+        _path, _mod, model, sets, fn = load_eager(problems, pid, dev)
 
         rows: dict[str, list[float]] = {"single": [], "single_noflush": [], "hidden": [], "b2b": [], "host": []}
         exposed = []

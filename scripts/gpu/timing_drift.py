@@ -49,6 +49,25 @@ SETTINGS = {
 }
 
 
+def load_eager(problems: Path, pid: int, dev) -> tuple:
+    """Level-1 problem ``pid`` of ``problems``: ``(path, module, model on dev, 3 input sets on dev, fn)``
+    with ``fn(i)`` the model on set ``i mod 3`` under no_grad (weights from seed 0)."""
+    import torch
+
+    path = next((problems / "level1").glob(f"{pid}_*.py"))
+    mod = types.ModuleType("p")
+    exec(compile(path.read_text(), str(path), "exec"), mod.__dict__)
+    torch.manual_seed(0)
+    model = mod.Model(*mod.get_init_inputs()).to(dev)
+    sets = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()] for _ in range(3)]
+
+    def fn(i: int, model=model, sets=sets):
+        with torch.no_grad():
+            return model(*sets[i % 3])
+
+    return path, mod, model, sets, fn
+
+
 def child(problems: Path, ids: list[int], windows: int, gap_s: float, device: str, realloc: bool = False,
           settings: tuple[str, ...] = ("old", "new")) -> dict:
     import torch
@@ -64,16 +83,7 @@ def child(problems: Path, ids: list[int], windows: int, gap_s: float, device: st
     flush = T.l2_flush_bytes_for(dev, "device", 256 * 1024 * 1024) if cuda else 0
     out: dict = {}
     for pid in ids:
-        path = next((problems / "level1").glob(f"{pid}_*.py"))
-        mod = types.ModuleType("p")
-        exec(compile(path.read_text(), str(path), "exec"), mod.__dict__)
-        torch.manual_seed(0)
-        model = mod.Model(*mod.get_init_inputs()).to(dev)
-        sets = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()] for _ in range(3)]
-
-        def fn(i: int, model=model, sets=sets):
-            with torch.no_grad():
-                return model(*sets[i % 3])
+        path, mod, model, sets, fn = load_eager(problems, pid, dev)
 
         rows = []
         keep: list = []  # --realloc: earlier windows' inputs and outputs stay allocated, so new ones land elsewhere
