@@ -327,6 +327,11 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
         if not ok:
             raise ConfigError(f"protocol setting {key} must be {want.__name__}, not {value!r}",
                               fix=f"pass e.g. -P {key}={str(have).lower() if want is bool else have}")
+    merged = dataclasses.replace(_BASE[name], **overrides)
+    if merged.timer == "profiler" and (merged.placements > 1 or merged.hide_launch):
+        raise ConfigError(f"the {name} protocol's profiler timer has no placements or launch hiding",
+                          fix="leave placements at 1 and hide_launch false with it, or pick a protocol "
+                              "timed with CUDA events (kbench, kernelbench)")
     for mode in overrides.get("baseline_modes", ()):
         if mode not in COMPILE_MODES:
             raise ConfigError(f"unknown torch.compile mode {mode!r}", fix=f"use one of: {', '.join(COMPILE_MODES)}")

@@ -481,34 +481,67 @@ class ProblemContext:
         """
         p = self.protocol
         grad = torch.no_grad if p.reference_no_grad else torch.enable_grad
+        def inputs() -> tuple[list[Any], list[Any]]:
+            """(the set on the device at get_inputs' dtypes, the run-precision inputs as refreshed)."""
+            raw = _fresh_on(self.sets_cpu[set_idx], self.device)
+            vals = _cast_set(raw, self.dtype, self.cast_all)
+            if round_ is not None:
+                vals = [_timing.refresh_values(v, round_) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                        else v for v in vals]
+            return raw, vals
+
         try:
             with grad():
-                # the set goes to the device once, at the dtypes get_inputs returned (one host-to-device
-                # copy per tensor); the run-precision inputs are cast from that copy and the float64
-                # twin's upcast from it on the device, where each used to copy the set from the host
-                raw = _fresh_on(self.sets_cpu[set_idx], self.device)
-                vals = _cast_set(raw, self.dtype, self.cast_all)
-                if round_ is not None:
-                    vals = [_timing.refresh_values(v, round_) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                            else v for v in vals]
-                up = None
-                if self.fp64_judge:
-                    # the set as stored is upcast from the values get_inputs returned, as the stored refs64
-                    # are (not from their run-precision copies): lazy and stored mode judge alike. Refreshed
-                    # values are upcast as refreshed. Made before the reference runs, and sharing no tensor
-                    # with its inputs (_upcast clones what it would share): a reference that writes into
-                    # its inputs changes none of these
+                if self.fp64_judge and self._memory_tight():
+                    # too little free device memory for the inputs, their float64 upcast and the outputs
+                    # at once: the reference first, then a second copy of the set for the float64 twin
+                    raw, vals = inputs()
+                    del raw
+                    ref = _detach_outputs(self.model(*vals))
+                    del vals
+                    raw, vals = inputs()  # as before the reference ran (it may write into its inputs)
                     up = _upcast(raw if round_ is None else vals, self.device)
-                del raw  # the run-precision inputs keep what they share of it
-                ref = _detach_outputs(self.model(*vals))
-                del vals
-                ref64 = None
-                if up is not None:
+                    del raw, vals
                     ref64 = _detach_outputs(self._m64(*up))
                     del up
+                else:
+                    # the set goes to the device once, at the dtypes get_inputs returned (one host-to-device
+                    # copy per tensor); the run-precision inputs are cast from that copy and the float64
+                    # twin's upcast from it on the device, where each used to copy the set from the host
+                    raw, vals = inputs()
+                    up = None
+                    if self.fp64_judge:
+                        # the set as stored is upcast from the values get_inputs returned, as the stored refs64
+                        # are (not from their run-precision copies): lazy and stored mode judge alike. Refreshed
+                        # values are upcast as refreshed. Made before the reference runs, and sharing no tensor
+                        # with its inputs (_upcast clones what it would share): a reference that writes into
+                        # its inputs changes none of these
+                        up = _upcast(raw if round_ is None else vals, self.device)
+                    del raw  # the run-precision inputs keep what they share of it
+                    ref = _detach_outputs(self.model(*vals))
+                    del vals
+                    ref64 = None
+                    if up is not None:
+                        ref64 = _detach_outputs(self._m64(*up))
+                        del up
         except Exception as e:  # the reference (or the trusted side's memory) failed, not the candidate
             raise ReferenceError_(f"the reference fails on input set {set_idx} at comparison: "
                                   f"{type(e).__name__}: {e}") from None
+        return self._judged(outs, ref, ref64)
+
+    def _memory_tight(self) -> bool:
+        """Whether the device lacks free memory for a lazy comparison's one-copy path (the set, its float64
+        upcast and the outputs at once: about four times a set's reference bytes)."""
+        if self.device.type != "cuda":
+            return False
+        try:
+            free, _total = torch.cuda.mem_get_info(self.device)
+        except Exception:  # noqa: BLE001 - unknown: take the path that needs less
+            return True
+        return free < 4 * self.ref_set_nbytes
+
+    def _judged(self, outs: list[Any], ref: Any, ref64: Any) -> Comparison:
+        """The comparison of ``outs`` with a lazily evaluated reference; hands big temporaries back."""
         cmp = self._judge(outs, ref, ref64)
         del ref, ref64
         if self.device.type == "cuda" and self.ref_set_nbytes >= self.EMPTY_CACHE_MIN_BYTES:

@@ -24,9 +24,10 @@ median 6.6% (p90 34%): the levels are mostly the host's launch latency (see laun
 where the tensors sit. Placements stay available to measure placement sensitivity. With
 ``placements`` = P > 1 and a ``relocate`` callback, the
 timed loop runs in P segments; before segments 1..P-1 the caller's input sets move to newly allocated
-device memory behind a spacer allocation of another size (:class:`Placer`), so the callable's own
-outputs and temporaries land elsewhere too, and the callable warms up again. Each segment gets 1/P of
-the trials, the trial cap, the time budget and the minimum time. The reported median is the mean of
+device memory behind a spacer allocation of another size (:class:`Placer`), the last output of the
+segment before stays allocated (so the next outputs cannot reuse its block; temporaries freed inside
+a segment may still be reused by size), and the callable warms up again. Each segment gets 1/P of the
+trials (fixed or adaptive), the trial cap, the time budget and the minimum time. The reported median is the mean of
 the P segments' medians and its 95% interval combines the spread across placements (Student's t over
 the P medians) with the segments' own intervals, so the interval covers what another run, with other
 addresses, would see.
@@ -46,7 +47,9 @@ whose launch outlasts the spin is timed as before (its gap counts; ``info["launc
 yet a protocol default: work a candidate puts on another stream is not held behind the spin and can
 run, untimed, while the current stream sleeps (the side-stream check sees only work that ends after
 the end event); the trusted side therefore times a candidate that used more than one stream in its
-profiled call without the spin.
+profiled call without the spin. A candidate can still use one stream when profiled and a second one
+when timed, and the spin's length comes from the candidate's own warm-up calls (slow ones stretch it
+up to 10 ms): both must be closed before the spin can be a default.
 
 Adaptive trials (``kbench`` protocol): after ``trials`` trials and at least ``min_time_s`` seconds of
 timing, continue until the 95% confidence interval of the median is within ``target_ci_rel`` of the
@@ -261,12 +264,11 @@ _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 
 
 def _t95(df: int) -> float:
+    """Student's t (two-sided 95%) for ``df`` degrees of freedom, from the table: the nearest tabulated
+    df at or below ``df`` (a t at least as large as the exact one, so the interval is never narrower)."""
     if df <= 0:
         return float("inf")
-    for k in sorted(_T95):
-        if df <= k:
-            return _T95[k]
-    return 1.96
+    return _T95[max(k for k in _T95 if k <= df)]
 
 
 class Placer:
@@ -276,7 +278,8 @@ class Placer:
     Args:
         sets: the caller's input sets, a list of argument lists; tensors in it are replaced, in place in
             the outer list (``sets[j] = [...]``), by clones in new memory, so closures that index
-            ``sets`` see the moved tensors. Values, dtypes, shapes and strides are kept.
+            ``sets`` see the moved tensors. Values, dtypes and shapes are kept; strides are kept for
+            dense tensors (expanded or overlapping ones become contiguous, as ``clone`` makes them).
         device: where the tensors live (the spacer is allocated there).
         spacer_mib: the spacer held during placement ``p`` is ``(7 p mod spacer_mib) + 1`` MiB plus
             ``p`` x 4 KiB, so consecutive placements differ in size and alignment.
@@ -319,11 +322,16 @@ class Placer:
             if free < 3 * self.nbytes() + spacer_bytes + (256 << 20):
                 self.skipped += 1
                 return False
+        try:
+            spacer = _empty(spacer_bytes, dtype=torch.uint8, device=self.device)
+            # every clone is made while the old tensors are alive, so no clone reuses an old tensor's block
+            new = [[_clone(x) if _isinstance(x, _Tensor) else x for x in s] for s in self.sets]
+        except (RuntimeError, MemoryError):  # out of memory (the check above is an estimate): stay put
+            self.skipped += 1
+            return False
         if self.spacer is not None:
             self.retired.append(self.spacer)
-        self.spacer = _empty(spacer_bytes, dtype=torch.uint8, device=self.device)
-        # every clone is made while the old tensors are alive, so no clone reuses an old tensor's block
-        new = [[_clone(x) if _isinstance(x, _Tensor) else x for x in s] for s in self.sets]
+        self.spacer = spacer
         self.retired.append(list(self.sets))
         self.sets[:] = new
         self.moved += 1
@@ -337,9 +345,11 @@ class Placer:
 
 
 def segment_settings(settings: TimerSettings, parts: int) -> TimerSettings:
-    """One segment's share of ``settings`` when timing is split into ``parts`` segments (placements or
-    alternated blocks): trials, trial cap, time budget and minimum time divided (at least 3 trials a
-    segment); warm-up calls kept."""
+    """One segment's share of adaptive ``settings`` when timing is split into ``parts`` segments
+    (placements or alternated blocks): trials, trial cap, time budget and minimum time divided (at least
+    3 trials a segment); warm-up calls kept. Fixed settings (``adaptive`` False) come back unchanged:
+    :func:`time_callable` divides their trials over placements itself, and alternated blocks of a fixed
+    protocol each run all of them."""
     if parts <= 1 or not settings.adaptive:
         return settings
     import dataclasses as _dc
@@ -356,7 +366,7 @@ def time_callable(
     settings: TimerSettings,
     *,
     between: Callable[[], None] | None = None,
-    relocate: Callable[[int], None] | None = None,
+    relocate: Callable[[int], bool] | None = None,
 ) -> tuple[TimingStats, dict[str, Any]]:
     """Time ``fn`` under ``settings``.
 
@@ -367,7 +377,7 @@ def time_callable(
         device: where ``fn`` runs; ``cpu`` forces the wall clock.
         settings: timer, warm-ups, trials, adaptive stopping, L2 flush size, placements.
         between: optional callable run before every trial, outside the timed region.
-        relocate: with ``settings.placements`` > 1, called as ``relocate(p)`` before placement ``p``
+        relocate: with ``settings.placements`` > 1, called as ``relocate(p) -> bool`` before placement ``p``
             (1..P-1), outside the timed region: it should move ``fn``'s inputs to new device memory
             and return whether it did (:class:`Placer`). When it did, the last output of the placement
             before is kept alive until timing ends, so ``fn``'s outputs move too. None: one placement.
@@ -402,6 +412,10 @@ def time_callable(
             info.update(hide.info())
         return stats, info
     share = segment_settings(settings, parts)
+    if not settings.adaptive:  # a fixed trial count is shared out too (at least one trial a placement)
+        import dataclasses as _dc
+
+        share = _dc.replace(settings, trials=max(1, -(-settings.trials // parts)), placements=1)
     segs: list[dict[str, Any]] = []
     held: list[Any] = []  # earlier placements' last outputs: the next outputs cannot reuse their blocks
     index0 = 0
@@ -413,7 +427,7 @@ def time_callable(
             del last
         # the first placement warms the GPU up from idle; later ones only re-warm the moved tensors
         seg_settings = share if p == 0 else _replace_warmup_ms(share, share.warmup_ms / parts)
-        seg = _timed_loop(fn, device, seg_settings, timer, flush, between, index0, hide)
+        seg = _timed_loop(fn, device, seg_settings, timer, flush, between, index0, hide, keep_last=True)
         index0 += len(seg["samples"])
         if settings.discard_first and seg["samples"]:
             seg["samples"], seg["synced"] = seg["samples"][1:], seg["synced"][1:]
@@ -521,9 +535,10 @@ class _LaunchHider:
 
 def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerSettings, timer: str,
                 flush: "_Flusher | None", between: Callable[[], None] | None, index0: int,
-                hide: "_LaunchHider | None" = None) -> dict[str, Any]:
+                hide: "_LaunchHider | None" = None, keep_last: bool = False) -> dict[str, Any]:
     """Warm-up, then timed trials numbered from ``index0`` until ``settings`` says stop. Returns the raw
-    ``samples`` and ``synced`` (ms), ``stopped``, ``elapsed_s``, ``warmup_calls`` and ``warmup_s``."""
+    ``samples`` and ``synced`` (ms), ``stopped``, ``elapsed_s``, ``warmup_calls``, ``warmup_s`` and, with
+    ``keep_last``, ``last`` (the last call's return value; otherwise no output outlives its call here)."""
     is_cuda = device.type == "cuda"
     w0 = _perf_counter_ns()
     for i in range(settings.warmup):
@@ -537,8 +552,6 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
     i = settings.warmup
     if is_cuda:
         _synchronize(device)
-    if hide is not None and not hide.cycles:
-        hide.calibrate()
     # time-based warm-up: the timed loop's rhythm (flush, call, synchronise) until warmup_ms have passed
     while settings.warmup_ms > 0 and (_perf_counter_ns() - w0) / 1e6 < settings.warmup_ms:
         if flush is not None:
@@ -548,6 +561,8 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
         if is_cuda:
             _synchronize(device)
     warmup_calls, warmup_s = i, (_perf_counter_ns() - w0) / 1e9
+    if hide is not None and not hide.cycles:
+        hide.calibrate()  # after the time-based warm-up: the spin's cycles per ms at the clocks timing sees
     samples: list[float] = []
     synced: list[float] = []
     ret: Any = None
@@ -569,7 +584,10 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
                 _sleep(hide.cycles)  # type: ignore[misc]  # the GPU is busy while the host launches
             h0 = _perf_counter_ns()
             _record(start)
-            ret = fn(i)
+            if keep_last:
+                ret = fn(i)
+            else:
+                fn(i)
             _record(end)
             hl = _perf_counter_ns()
             _synchronize(device)  # every stream, so side-stream work ends inside the host interval
@@ -592,7 +610,10 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
                 synced.append((h1 - h0) / 1e6)
         else:
             h0 = _perf_counter_ns()
-            ret = fn(i)
+            if keep_last:
+                ret = fn(i)
+            else:
+                fn(i)
             if is_cuda:
                 _synchronize(device)
             samples.append((_perf_counter_ns() - h0) / 1e6)

@@ -524,13 +524,15 @@ class _Job:
         # between placements (protocol.placements) the buffers move to new memory: ``sets`` is replaced
         # in place, so fn and refresh index the moved tensors
         placer = _timing.Placer(sets, self.device)
-        with _Forbid(bool(self.protocol.get("forbid_functional"))):
-            stats, info = _timing.time_callable(fn, self.device, settings, between=refresh, relocate=placer)
-        placer.release()
-        if placer.moved and self.device.type == "cuda":
-            # the earlier placements' copies go back to the driver, not into this process's cache: on an
-            # H200 the cached copies of L1/20's 6 GB sets (110 GiB) left the trusted side out of memory
-            torch.cuda.empty_cache()
+        try:
+            with _Forbid(bool(self.protocol.get("forbid_functional"))):
+                stats, info = _timing.time_callable(fn, self.device, settings, between=refresh, relocate=placer)
+        finally:
+            placer.release()
+            if placer.moved and self.device.type == "cuda":
+                # the earlier placements' copies go back to the driver, not into this process's cache: on an
+                # H200 the cached copies of L1/20's 6 GB sets (110 GiB) left the trusted side out of memory
+                torch.cuda.empty_cache()
         info["placements_moved"], info["placements_skipped"] = placer.moved, placer.skipped
         self.phase_s["time"] = self.phase_s.get("time", 0.0) + _perf_counter() - t0
         self.sync()

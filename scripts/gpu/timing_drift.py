@@ -15,8 +15,8 @@ compiles). Settings:
   until the median's 95% CI is within 1% (at most 400 trials, 4 s);
 - ``new``: the same plus 100 ms of time-based warm-up and at least 0.25 s of timed trials (at most
   2000 trials);
-- ``placed``: ``new`` in 4 placements, the inputs moved to new memory between them (the ``kbench``
-  protocol's timer since session 7; choose settings with ``--settings new,placed``).
+- ``placed``: ``new`` in 4 placements, the inputs moved to new memory between them (``-P placements=4``;
+  choose settings with ``--settings new,placed``).
 
 Every window records its median, trial count, warm-up calls and the GPU's SM clock, power and clock
 event reasons from NVML as it began and ended. The summary (also printed) gives per problem and
@@ -43,7 +43,7 @@ SETTINGS = {
                 warmup_ms=0.0, min_time_s=0.0),
     "new": dict(warmup=5, trials=20, adaptive=True, max_trials=2000, target_ci_rel=0.01, time_budget_s=4.0,
                 warmup_ms=100.0, min_time_s=0.25),
-    # the kbench protocol from 2026-12-01 (session 7): "new" in 4 placements, the inputs moved between them
+    # "new" in 4 placements, the inputs moved between them (kbench -P placements=4)
     "placed": dict(warmup=5, trials=20, adaptive=True, max_trials=2000, target_ci_rel=0.01, time_budget_s=4.0,
                    warmup_ms=100.0, min_time_s=0.25, placements=4),
 }

@@ -182,13 +182,16 @@ def test_reference_evaluations_per_candidate(evaluator: DeviceEvaluator, monkeyp
         assert _calls(ctx) == {"torch.float32": n_sets + 1 + len(timed), "torch.float64": n_sets + len(timed)}
 
 
-@pytest.mark.parametrize("lazy", [False, True], ids=["stored", "lazy"])
+@pytest.mark.parametrize("lazy,tight", [(False, False), (True, False), (True, True)],
+                         ids=["stored", "lazy", "lazy-memory-tight"])
 def test_a_reference_that_writes_into_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 lazy: bool) -> None:
+                                                 lazy: bool, tight: bool) -> None:
     """The stored sets stay as drawn, set 0 evaluates alike twice (no nondeterministic-reference flag),
     and every comparison, on the set as stored or refreshed, equals the judge run on references
-    computed by hand from untouched inputs."""
+    computed by hand from untouched inputs; also on the two-copy path a device short of memory takes
+    (the reference first, then a second copy of the set for the float64 twin)."""
     ctx = _context(tmp_path, monkeypatch, IN_PLACE, lazy)
+    monkeypatch.setattr(ProblemContext, "_memory_tight", lambda self: tight)
     drawn = [[v.clone() for v in s] for s in ctx.sets_cpu]
     gen = torch.Generator().manual_seed(2)
     for i in range(FAST_KBENCH.correct_trials + 1):
@@ -220,7 +223,15 @@ def test_refreshed_lazy_comparison_equals_stored(tmp_path: Path, monkeypatch: py
         x = _timing.refresh_values(stored.sets_cpu[i][0].to(stored.dtype), 7)
         for scale in (1e-3, 0.0):
             outs = [(x * 2.0 + 1.0) + scale * torch.randn(x.shape, generator=gen).to(x.dtype)]
-            assert lazy.compare_on(i, 7, outs) == stored.compare_on(i, 7, outs), (i, scale)
+            want = stored.compare_on(i, 7, outs)
+            for tight in (False, True):  # one copy of the set, or two when the device is short of memory
+                monkeypatch.setattr(ProblemContext, "_memory_tight", lambda self, t=tight: t)
+                assert lazy.compare_on(i, 7, outs) == want, (i, scale, tight)
+            outs0 = [lazy.sets_cpu[i][0].to(lazy.dtype) * 2.0 + 1.0]  # the set as stored, both paths
+            monkeypatch.setattr(ProblemContext, "_memory_tight", lambda self: True)
+            tight_cmp = lazy.compare_on(i, None, outs0)
+            monkeypatch.setattr(ProblemContext, "_memory_tight", lambda self: False)
+            assert tight_cmp == lazy.compare_on(i, None, outs0)
     stored.free()
     lazy.free()
 

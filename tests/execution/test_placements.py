@@ -76,9 +76,11 @@ def test_time_callable_times_each_placement_after_moving_the_inputs_and_numbers_
         log.append(("timed" if state["timed"] else "warmup", i, sets[i % 3][0].data_ptr()))
         state["timed"] = False
 
-    stats, info = T.time_callable(fn, CPU, FIXED, between=between, relocate=placer)
+    settings = T.TimerSettings(timer="wall", warmup=2, trials=32, adaptive=False, placements=4)
+    stats, info = T.time_callable(fn, CPU, settings, between=between, relocate=placer)
     assert placer.moved == 3
     assert info["placements"] == 4 and info["stopped"] == "placements:4"
+    # a fixed trial count is shared out, not multiplied
     assert info["placement_n"] == [8, 8, 8, 8] and stats.n == 32 and len(stats.samples_ms) == 32
     timed = [i for what, i, _ in log if what == "timed"]
     assert timed == list(range(32))  # numbered on across placements: input rotation and refreshes stay in step
@@ -87,10 +89,55 @@ def test_time_callable_times_each_placement_after_moving_the_inputs_and_numbers_
     for a in range(4):
         for b in range(a + 1, 4):
             assert not by_placement[a] & by_placement[b]
-    assert info["warmup_calls"] == 4 * FIXED.warmup
+    assert info["warmup_calls"] == 4 * settings.warmup
     meds = [statistics.median(stats.samples_ms[8 * k:8 * (k + 1)]) for k in range(4)]
     assert stats.median_ms == pytest.approx(statistics.fmean(meds))
     assert info["placement_medians_ms"] == pytest.approx(meds, abs=1e-6)  # stored to the nanosecond
+
+
+def test_one_placement_keeps_no_output_alive_into_the_next_call() -> None:
+    """As before placements existed: a baseline's output is freed before its next call (a held one
+    would double a multi-GB output's memory and alternate it between two blocks)."""
+    import weakref
+
+    alive: list[int] = []
+    refs: list[weakref.ref] = []
+
+    def fn(i: int) -> torch.Tensor:
+        alive.append(sum(r() is not None for r in refs))
+        out = torch.ones(4)
+        refs.append(weakref.ref(out))
+        return out
+
+    T.time_callable(fn, CPU, T.TimerSettings(timer="wall", warmup=2, trials=6, adaptive=False))
+    assert alive == [0] * 8
+
+
+def test_a_placement_that_cannot_get_memory_stays_put(monkeypatch: pytest.MonkeyPatch) -> None:
+    sets = _sets()
+    ptrs = [x.data_ptr() for s in sets for x in s if isinstance(x, torch.Tensor)]
+    placer = T.Placer(sets, CPU)
+
+    def no_memory(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(T, "_clone", no_memory)
+    assert placer(1) is False and placer.skipped == 1 and placer.moved == 0 and placer.spacer is None
+    assert [x.data_ptr() for s in sets for x in s if isinstance(x, torch.Tensor)] == ptrs
+
+
+def test_the_placement_interval_never_uses_a_smaller_t_than_the_exact_one() -> None:
+    exact = {1: 12.706, 3: 3.182, 11: 2.201, 13: 2.160, 25: 2.060, 40: 2.021, 1000: 1.962}
+    for df, t in exact.items():
+        assert T._t95(df) >= t - 1e-9, df
+    assert T._t95(11) == 2.228 and T._t95(40) == 2.042
+
+
+def test_the_profiler_timer_refuses_placements_and_launch_hiding() -> None:
+    for bad in ({"placements": 2}, {"hide_launch": True}):
+        with pytest.raises(ConfigError, match="profiler"):
+            get_protocol("cuda-agent", **bad)
+    get_protocol("kernelbench", placements=2)  # CUDA events: allowed
 
 
 def test_without_relocate_or_with_one_placement_timing_is_one_segment() -> None:
@@ -240,6 +287,8 @@ def test_a_hidden_trial_is_the_larger_of_the_device_time_and_the_host_time_to_is
     import time
 
     spins = _fake_timing(monkeypatch)
+    # a device time far from the host time either way, so a slow CI machine cannot blur the two cases
+    monkeypatch.setattr(_FakeEvent, "GPU_MS", 0.5 if host_ms else 200.0)
     settings = T.TimerSettings(timer="cuda_events", warmup=3, trials=6, adaptive=False, hide_launch=True)
 
     def fn(i: int) -> None:
@@ -254,7 +303,7 @@ def test_a_hidden_trial_is_the_larger_of_the_device_time_and_the_host_time_to_is
         assert info["launch_sleep_ms"] == pytest.approx(min(10.0, 3 * info["launch_host_ms"]), rel=1e-3)
     else:
         assert stats.samples_ms == (_FakeEvent.GPU_MS,) * 6 and info["launch_host_bound"] == 0
-        assert info["launch_sleep_ms"] == 0.05  # the floor
+        assert info["launch_sleep_ms"] == pytest.approx(max(0.05, 3 * info["launch_host_ms"]), rel=1e-3, abs=1e-4)
     # one calibration spin of 1M cycles, then one spin per timed trial sized from the calibration
     assert spins[0] == 1_000_000 and len(spins) == 7
     per_ms = 1_000_000 / _FakeEvent.GPU_MS
