@@ -40,8 +40,8 @@ PROTOCOL_NAMES = ("kbench", "kernelbench", "cuda-agent")
 # protocol that lacks them did; left out of the fingerprints while they hold that value (so older
 # stores keep their keys)
 _ADDED_LATER: dict[str, Any] = {"warmup_ms": 0.0, "min_time_s": 0.0, "input_device": "cpu", "placements": 1,
-                                "hide_launch": False}
-_ADDED_LATER_TIMING = ("warmup_ms", "min_time_s", "placements", "hide_launch")  # the ones that change a baseline's time
+                                "hide_launch": False, "hide_launch_max_ms": 0.5}
+_ADDED_LATER_TIMING = ("warmup_ms", "min_time_s", "placements", "hide_launch", "hide_launch_max_ms")  # the ones that change a baseline's time
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +110,8 @@ class Protocol:
             only; see :mod:`kernelbench_harness.execution.timing`). Off in every protocol until it has
             been run through the exploit suite on a GPU: work on another stream can run, untimed,
             during the spin (a candidate seen using several streams is timed without it).
+        hide_launch_max_ms: the longest spin (ms); it bounds the side-stream work a candidate could hide
+            per call, and a call whose host needs longer has the gap counted.
         input_device: where the trusted side draws the input sets: ``cpu`` (``get_inputs()`` as it
             is, KernelBench's and CUDA Agent's way; the values depend on the CPU generator only) or
             ``device`` (tensors created on the run's GPU, then copied to the host: milliseconds
@@ -172,6 +174,7 @@ class Protocol:
     rotate_inputs: int = 3
     placements: int = 1
     hide_launch: bool = False
+    hide_launch_max_ms: float = 0.5
     input_device: str = "device"
     alternate_rounds: int = 1
     candidate_no_grad: bool = True

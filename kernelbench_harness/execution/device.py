@@ -737,6 +737,13 @@ class DeviceEvaluator:
             self._contexts[key] = ctx
         return ctx
 
+    def _spin_cycles_per_ms(self) -> float | None:
+        """The launch-hiding spin's cycles per ms on this slot's GPU, measured here for each candidate
+        (a 1M-cycle spin, about 0.5 ms at full clocks; None on a CPU)."""
+        if self.device.type != "cuda":
+            return None
+        return _timing.spin_cycles_per_ms(self.device)
+
     def measure_baselines(self, problem: Problem, protocol: Protocol, run_seed: int,
                           modes: list[str]) -> dict[str, TimingStats]:
         """Time the reference eager and under torch.compile in ``modes`` with the protocol's timer.
@@ -1050,7 +1057,8 @@ class DeviceEvaluator:
                     phase["baselines"] = phase.get("baselines", 0.0) + time.perf_counter() - t0
                     mark("baseline_compile")
                 part = block_settings(full, rounds)
-                cand_part, hiding = launch_hiding_for(part, profile)
+                cand_part, hiding = launch_hiding_for(
+                    part, profile, self._spin_cycles_per_ms() if part.hide_launch else None)
                 cand_blocks: list[tuple[TimingStats, dict[str, Any]]] = []
                 base_blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
                 for _r in range(rounds):
@@ -1385,8 +1393,8 @@ def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],
     return stats, info
 
 
-def launch_hiding_for(settings: _timing.TimerSettings,
-                      profile: dict[str, Any]) -> tuple[_timing.TimerSettings, str | None]:
+def launch_hiding_for(settings: _timing.TimerSettings, profile: dict[str, Any],
+                      spin_cycles_per_ms: float | None = None) -> tuple[_timing.TimerSettings, str | None]:
     """The candidate's timer settings under ``hide_launch``: the spin before each start event does not
     hold back other streams, so a candidate whose profiled call used more than one stream, or whose
     streams are unknown (no profile), is timed without it.
@@ -1395,6 +1403,8 @@ def launch_hiding_for(settings: _timing.TimerSettings,
         settings: the block's settings (``hide_launch`` as the protocol asks).
         profile: the launch check's result for the candidate (``streams``: the CUDA streams its kernels
             ran on; ``error`` when the profiler was unavailable).
+        spin_cycles_per_ms: the spin's speed as the trusted side measured it
+            (:func:`.timing.spin_cycles_per_ms`), given to the candidate's timer when hiding stays on.
 
     Returns:
         ``(settings, note)``: the same object when nothing changes, else a copy with ``hide_launch``
@@ -1408,6 +1418,10 @@ def launch_hiding_for(settings: _timing.TimerSettings,
     if len(streams) > 1:
         return (dataclasses.replace(settings, hide_launch=False),
                 f"off: the candidate's profiled call ran kernels on {len(streams)} streams")
+    if not settings.spin_cycles_per_ms and spin_cycles_per_ms is not None:
+        # the spin's speed measured here, not in the candidate's process (which could load the GPU
+        # while it is measured and so stretch its own spin)
+        settings = dataclasses.replace(settings, spin_cycles_per_ms=spin_cycles_per_ms)
     return settings, "on"
 
 

@@ -34,7 +34,7 @@ addresses, would see.
 
 Launch hiding (``hide_launch``, cuda_events only; off in every protocol): before each trial's
 start event the GPU is given a spin (``torch.cuda._sleep``) of about three times the host's time to
-launch one call (at least 0.05 ms, at most 10 ms; measured during warm-up), so the call's kernels are
+launch one call (at least 0.05 ms, at most ``spin_max_ms``; measured during warm-up), so the call's kernels are
 queued before the start event fires and the pair measures the GPU's work, not the host's launch
 latency. Each trial's time is the larger of that device time and the host's time to issue the call
 (start event, the call, end event): a call's time when calls are issued back to back. Host work (a
@@ -47,9 +47,11 @@ whose launch outlasts the spin is timed as before (its gap counts; ``info["launc
 yet a protocol default: work a candidate puts on another stream is not held behind the spin and can
 run, untimed, while the current stream sleeps (the side-stream check sees only work that ends after
 the end event); the trusted side therefore times a candidate that used more than one stream in its
-profiled call without the spin. A candidate can still use one stream when profiled and a second one
-when timed, and the spin's length comes from the candidate's own warm-up calls (slow ones stretch it
-up to 10 ms): both must be closed before the spin can be a default.
+profiled call without the spin. The spin is at most ``spin_max_ms`` (the protocol's
+``hide_launch_max_ms``, 0.5 ms), and a candidate's cycles per ms come from the trusted side
+(:func:`spin_cycles_per_ms`), so slow warm-up calls or a loaded GPU cannot stretch it. A candidate that
+uses one stream when profiled and a second when timed can still hide up to that much side-stream work
+per call: not yet closed.
 
 Adaptive trials (``kbench`` protocol): after ``trials`` trials and at least ``min_time_s`` seconds of
 timing, continue until the 95% confidence interval of the median is within ``target_ci_rel`` of the
@@ -87,6 +89,7 @@ __all__ = [
     "Placer",
     "segment_settings",
     "pool_placement_samples",
+    "spin_cycles_per_ms",
 ]
 
 # Captured at import (before any candidate code runs in this interpreter).
@@ -177,6 +180,8 @@ class TimerSettings:
     round_sig: int | None = None
     placements: int = 1
     hide_launch: bool = False
+    spin_max_ms: float = 0.5
+    spin_cycles_per_ms: float = 0.0
 
     @classmethod
     def from_protocol(cls, protocol: Any, device: torch.device) -> "TimerSettings":
@@ -195,7 +200,8 @@ class TimerSettings:
                    discard_first=protocol.discard_first,
                    statistic=protocol.statistic, l2_flush_bytes=flush, round_sig=protocol.round_sig,
                    placements=max(1, int(getattr(protocol, "placements", 1))),
-                   hide_launch=bool(getattr(protocol, "hide_launch", False)) and device.type == "cuda")
+                   hide_launch=bool(getattr(protocol, "hide_launch", False)) and device.type == "cuda",
+                   spin_max_ms=float(getattr(protocol, "hide_launch_max_ms", 0.5)))
 
 
 def l2_flush_bytes_for(device: torch.device, policy: str, fixed_bytes: int) -> int:
@@ -396,7 +402,7 @@ def time_callable(
     if timer == "profiler":
         return _time_profiler(fn, device, settings)
     flush = _Flusher(device, settings.l2_flush_bytes) if is_cuda else None
-    hide = _LaunchHider(fn, device) if (settings.hide_launch and is_cuda and timer == "cuda_events"
+    hide = _LaunchHider(device, settings) if (settings.hide_launch and is_cuda and timer == "cuda_events"
                                         and _sleep is not None) else None
     parts = settings.placements if relocate is not None else 1
     if parts <= 1:
@@ -500,12 +506,29 @@ def _placement_info(segs: list[dict[str, Any]], settings: TimerSettings) -> dict
                                      if finite and centre > 0 else None)}
 
 
-class _LaunchHider:
-    """The GPU spin before each trial's start event (see the module docstring): its length in cycles
-    comes from the host's launch time of ``fn``, measured in the first warm-up calls."""
+def spin_cycles_per_ms(device: torch.device) -> float:
+    """GPU cycles per millisecond of ``torch.cuda._sleep`` on ``device`` (one timed 1M-cycle spin, after
+    which the clocks are whatever the device runs at now). The trusted side measures it in its own
+    process and hands it to a candidate's timer (``TimerSettings.spin_cycles_per_ms``), so a candidate
+    cannot lengthen its spin by loading the GPU while the spin is calibrated."""
+    _synchronize(device)
+    a, b = _Event(enable_timing=True), _Event(enable_timing=True)
+    _record(a)
+    _sleep(1_000_000)  # type: ignore[misc]
+    _record(b)
+    _synchronize(device)
+    return 1_000_000 / max(1e-6, _elapsed_time(a, b))
 
-    def __init__(self, fn: Callable[[int], Any], device: torch.device) -> None:
+
+class _LaunchHider:
+    """The GPU spin before each trial's start event (see the module docstring): 3x the host's launch
+    time of the callable (median of its counted warm-up calls), at least 0.05 ms and at most
+    ``settings.spin_max_ms``; cycles per ms from ``settings.spin_cycles_per_ms`` when the trusted side
+    gave them, else measured here."""
+
+    def __init__(self, device: torch.device, settings: TimerSettings) -> None:
         self.device = device
+        self.settings = settings
         self.cycles = 0
         self.sleep_ms = 0.0
         self.exposed = 0
@@ -514,16 +537,11 @@ class _LaunchHider:
         self.host_ms: list[float] = []
 
     def calibrate(self) -> None:
-        """Cycles per ms of the spin (one timed 1M-cycle spin) and the spin for this callable."""
+        """The spin for this callable, in ms and cycles."""
         launch_ms = sorted(self.host_ms)[len(self.host_ms) // 2] if self.host_ms else 0.05
-        self.sleep_ms = min(10.0, max(0.05, 3.0 * launch_ms))
-        _synchronize(self.device)
-        a, b = _Event(enable_timing=True), _Event(enable_timing=True)
-        _record(a)
-        _sleep(1_000_000)  # type: ignore[misc]
-        _record(b)
-        _synchronize(self.device)
-        per_ms = 1_000_000 / max(1e-6, _elapsed_time(a, b))
+        cap = max(0.05, float(self.settings.spin_max_ms))
+        self.sleep_ms = min(cap, max(0.05, 3.0 * launch_ms))
+        per_ms = float(self.settings.spin_cycles_per_ms) or spin_cycles_per_ms(self.device)
         self.cycles = max(1000, int(per_ms * self.sleep_ms))
 
     def info(self) -> dict[str, Any]:

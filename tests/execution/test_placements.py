@@ -239,6 +239,8 @@ def test_a_candidate_seen_on_several_streams_or_unprofiled_is_timed_without_laun
 
     on = T.TimerSettings(timer="cuda_events", hide_launch=True)
     assert launch_hiding_for(on, {"kernels": {"k": 1}, "streams": [7]}) == (on, "on")
+    kept, note = launch_hiding_for(on, {"kernels": {"k": 1}, "streams": [7]}, 1.9e6)
+    assert note == "on" and kept.spin_cycles_per_ms == 1.9e6  # the trusted side's measurement goes along
     for profile in ({"kernels": {"k": 1}, "streams": [7, 9]}, {"error": "profiler unavailable"}, {}):
         settings, note = launch_hiding_for(on, profile)
         assert settings.hide_launch is False and note.startswith("off"), profile
@@ -289,7 +291,8 @@ def test_a_hidden_trial_is_the_larger_of_the_device_time_and_the_host_time_to_is
     spins = _fake_timing(monkeypatch)
     # a device time far from the host time either way, so a slow CI machine cannot blur the two cases
     monkeypatch.setattr(_FakeEvent, "GPU_MS", 0.5 if host_ms else 200.0)
-    settings = T.TimerSettings(timer="cuda_events", warmup=3, trials=6, adaptive=False, hide_launch=True)
+    settings = T.TimerSettings(timer="cuda_events", warmup=3, trials=6, adaptive=False, hide_launch=True,
+                               spin_max_ms=10.0)
 
     def fn(i: int) -> None:
         if host_ms:
@@ -317,3 +320,19 @@ def test_without_hiding_the_event_time_is_the_sample(monkeypatch: pytest.MonkeyP
     settings = T.TimerSettings(timer="cuda_events", warmup=2, trials=4, adaptive=False)
     stats, info = T.time_callable(lambda i: None, torch.device("cuda", 0), settings)
     assert stats.samples_ms == (_FakeEvent.GPU_MS,) * 4 and not spins and "launch_hidden_trials" not in info
+
+
+def test_a_candidate_spin_uses_the_trusted_rate_and_the_protocol_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given the trusted side's cycles per ms, the timer does not measure the spin itself (a candidate
+    loading the GPU meanwhile would stretch it), and slow host calls cannot make it longer than
+    ``spin_max_ms``: they are timed by their host time instead."""
+    import time
+
+    spins = _fake_timing(monkeypatch)
+    settings = T.TimerSettings(timer="cuda_events", warmup=3, trials=4, adaptive=False, hide_launch=True,
+                               spin_max_ms=0.5, spin_cycles_per_ms=2.0e6)
+    stats, info = T.time_callable(lambda i: time.sleep(0.003), torch.device("cuda", 0), settings)
+    assert spins == [int(2.0e6 * 0.5)] * 4  # no 1M-cycle calibration spin of its own
+    assert info["launch_sleep_ms"] == 0.5 and info["launch_exposed"] == 4 and min(stats.samples_ms) >= 3.0
+    assert get_protocol("kbench").hide_launch_max_ms == 0.5
+    assert T.TimerSettings.from_protocol(get_protocol("kbench", hide_launch_max_ms=2.0), CPU).spin_max_ms == 2.0
