@@ -245,7 +245,14 @@ class _Job:
         if idx in self.sets_cache:
             return self.sets_cache[idx]
         enc = self.job["sets"][idx]
-        vals = decode_value(enc, self.inputs_dir)
+        if self.device.type == "cuda" and _isinstance(enc, dict) and _isinstance(enc.get("items"), list):
+            # top-level tensors go from the file to the device through the pinned staging buffer (no
+            # full host copy of a multi-GB input); nested values decode as before, on the host
+            vals = [read_tensor(x["__tensor__"], self.inputs_dir, device=self.device)
+                    if _isinstance(x, dict) and "__tensor__" in x else decode_value(x, self.inputs_dir)
+                    for x in enc["items"]]
+        else:
+            vals = decode_value(enc, self.inputs_dir)
         cast_all = bool(self.job.get("cast_int_inputs", False))
         out = []
         for v in vals:
