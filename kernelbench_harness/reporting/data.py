@@ -105,6 +105,35 @@ def _effective_fingerprint(info: Any) -> str:
     except Exception:  # noqa: BLE001 - an unreadable stored protocol keeps its stored fingerprint
         return info.protocol_fingerprint
 
+def protocol_changes(name: str, precision: str, stored: Mapping[str, Any] | None) -> list[str]:
+    """The settings in which a run's stored protocol differs from protocol ``name`` at ``precision`` as
+    this version defines it, as ``key=value`` strings (``-P`` overrides, or a run stored under older
+    rules); empty when they agree or the stored protocol cannot be read."""
+    import dataclasses
+
+    try:
+        from ..protocols import Protocol, get_protocol
+
+        have = Protocol.from_dict(dict(stored or {}))
+        base = get_protocol(name, precision)
+    except Exception:  # noqa: BLE001 - an unknown protocol or an unreadable store: nothing to compare
+        return []
+    out = []
+    for f in dataclasses.fields(Protocol):
+        if f.name in ("name", "precision"):
+            continue
+        a, b = getattr(have, f.name), getattr(base, f.name)
+        if a != b:
+            shown = {k: [v.atol, v.rtol] for k, v in a.items()} if f.name == "tolerances" else a
+            out.append(f"{f.name}={json.dumps(shown) if not isinstance(shown, str) else shown}")
+    return out
+
+
+def protocol_label(name: str, changes: Sequence[str]) -> str:
+    """``name``, or ``name (key=value, ...)`` when the run's settings differ from the named protocol's."""
+    return f"{name} ({', '.join(changes)})" if changes else name
+
+
 def _now_iso() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
 
@@ -341,6 +370,8 @@ def build_run_data(
                 "created_at": info.created_at,
                 "finished_at": info.finished_at,
                 "protocol_name": info.protocol_name,
+                "protocol_changes": (changes := protocol_changes(info.protocol_name, info.precision, info.protocol)),
+                "protocol_label": protocol_label(info.protocol_name, changes),
                 "precision": info.precision,
                 "protocol_fingerprint": _effective_fingerprint(info),
                 "stored_protocol_fingerprint": info.protocol_fingerprint,
@@ -714,7 +745,7 @@ def build_leaderboard_data(
             gkey,
             {
                 "id": f"g{len(groups) + 1}",
-                "protocol": run["protocol_name"],
+                "protocol": run.get("protocol_label") or run["protocol_name"],
                 "precision": run["precision"],
                 "hardware": run["hardware_label"],
                 "protocol_fingerprints": [],
@@ -735,7 +766,7 @@ def build_leaderboard_data(
                 "model": m["model"] or run["model"],
                 "group": m["group"],
                 "level": m["level"],
-                "protocol": run["protocol_name"],
+                "protocol": run.get("protocol_label") or run["protocol_name"],
                 "protocol_fingerprint": run["protocol_fingerprint"],
                 "precision": run["precision"],
                 "hardware": run["hardware_label"],

@@ -138,3 +138,24 @@ def test_a_protocol_option_is_stored_with_the_run_under_its_own_fingerprint(tmp_
     assert fp == get_protocol("kbench", placements=2).fingerprint() != get_protocol("kbench").fingerprint()
     (extra,) = con.execute("select extra from results").fetchone()
     assert json.loads(extra)["timing_info"]["placements"] == 2  # the candidate was timed that way
+    con.close()
+    # reports name the change wherever the protocol is shown, so a reader never takes it for plain kbench
+    from kernelbench_harness.reporting.data import build_run_data
+    from kernelbench_harness.store import Store
+
+    with Store(f"sqlite:///{tmp_path / 'k.db'}") as store:
+        run = build_run_data(store, "p4", n_resamples=10)["run"]
+    assert run["protocol_changes"] == ["placements=2"] and run["protocol_label"] == "kbench (placements=2)"
+
+
+def test_protocol_changes_name_what_differs_from_the_named_protocol():
+    from kernelbench_harness.protocols import get_protocol
+    from kernelbench_harness.reporting.data import protocol_changes, protocol_label
+
+    assert protocol_changes("kbench", "fp32", get_protocol("kbench").to_dict()) == []
+    changed = get_protocol("kbench", hide_launch=True, trials=7).to_dict()
+    assert protocol_changes("kbench", "fp32", changed) == ["trials=7", "hide_launch=true"]
+    old = get_protocol("kernelbench").to_dict()
+    old.pop("warmup_ms")  # a store from before the field: kernelbench's rules then are its rules now
+    assert protocol_changes("kernelbench", "fp32", old) == []
+    assert protocol_changes("no-such", "fp32", {}) == [] and protocol_label("kbench", []) == "kbench"
