@@ -304,6 +304,21 @@ _BASE: dict[str, Protocol] = {
 }
 
 
+# values a protocol setting may take (``-P``), where it is one of a few names
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    "timer": ("cuda_events", "profiler", "wall"), "l2_flush": ("device", "fixed", "none"),
+    "judge": ("fp64-bound", "allclose"), "weights": ("state_dict", "reseed"), "nan_policy": ("match", "fail"),
+    "seed_policy": ("secret", "fixed"), "statistic": ("median", "mean"), "input_device": ("device", "cpu"),
+    "compile_mode": tuple(COMPILE_MODES),
+}
+# the least value of a numeric setting (counts, times and sizes are never negative)
+_AT_LEAST: dict[str, float] = {
+    "correct_trials": 1, "fp64_multiple": 0, "fp64_floor_rel": 0, "l2_flush_bytes": 0, "warmup": 0,
+    "warmup_ms": 0, "trials": 1, "min_time_s": 0, "max_trials": 1, "target_ci_rel": 0, "time_budget_s": 0,
+    "rotate_inputs": 1, "alternate_rounds": 1, "hide_launch_max_ms": 0.05,
+}
+
+
 def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any) -> Protocol:
     """The named protocol at ``precision``, with optional field ``overrides``.
 
@@ -319,6 +334,10 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
     if bad:
         raise ConfigError(f"unknown protocol setting(s): {', '.join(sorted(bad))}",
                           fix="see `kbench protocols show` for the settings")
+    if "tolerances" in overrides and not (isinstance(overrides["tolerances"], dict) and all(
+            isinstance(v, Tolerance) for v in overrides["tolerances"].values())):
+        raise ConfigError("tolerances cannot be given as a single value",
+                          fix="pick a protocol and a --precision for its tolerances (see `kbench protocols show`)")
     for key, value in overrides.items():  # a setting's value has the type of the protocol's own
         have = getattr(_BASE[name], key)
         if key in ("tolerances", "baseline_modes", "round_sig", "tf32") or value is None and have is None:
@@ -330,6 +349,14 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
         if not ok:
             raise ConfigError(f"protocol setting {key} must be {want.__name__}, not {value!r}",
                               fix=f"pass e.g. -P {key}={str(have).lower() if want is bool else have}")
+    for key, value in overrides.items():  # and a value the harness knows
+        if key in _CHOICES and value not in _CHOICES[key]:
+            raise ConfigError(f"protocol setting {key} must be one of {', '.join(map(str, _CHOICES[key]))}, "
+                              f"not {value!r}", fix=f"pass e.g. -P {key}={_CHOICES[key][0]}")
+        low = _AT_LEAST.get(key)
+        if low is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and value < low:
+            raise ConfigError(f"protocol setting {key} must be at least {low}, not {value!r}",
+                              fix=f"pass e.g. -P {key}={getattr(_BASE[name], key)}")
     merged = dataclasses.replace(_BASE[name], **overrides)
     if merged.timer == "profiler" and (merged.placements > 1 or merged.hide_launch):
         raise ConfigError(f"the {name} protocol's profiler timer has no placements or launch hiding",
@@ -344,5 +371,5 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
         v = overrides["placements"]
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 64:
             raise ConfigError(f"placements must be a whole number from 1 to 64, not {v!r}",
-                              fix="pass e.g. -O placements=4 (1 = inputs stay where they are)")
+                              fix="pass e.g. -P placements=4 (1 = inputs stay where they are)")
     return dataclasses.replace(_BASE[name], precision=precision, **overrides)

@@ -70,18 +70,25 @@ def _coerce(v: str) -> Any:
     return v
 
 
-def parse_kv(pairs: tuple[str, ...], what: str) -> dict[str, Any]:
+def parse_kv(pairs: tuple[str, ...], what: str, example: str = "temperature=0.2") -> dict[str, Any]:
     """``("temperature=0.2", "max_tokens=4096")`` -> dict with ints/floats/bools coerced.
 
+    Args:
+        what: how the flag's values are named in errors (``"-M value"``).
+        example: a ``key=value`` for this flag, shown in the fix.
+
     Raises:
-        ConfigError: an item without ``=``.
+        ConfigError: an item without ``=``, or one key given twice.
     """
     out: dict[str, Any] = {}
     for p in pairs:
         if "=" not in p:
-            raise ConfigError(f"bad {what} {p!r}", fix=f"write {what} as key=value, e.g. temperature=0.2")
+            raise ConfigError(f"bad {what} {p!r}", fix=f"write {what} as key=value, e.g. {example}")
         k, v = p.split("=", 1)
-        out[k.strip()] = _coerce(v.strip())
+        k = k.strip()
+        if k in out:
+            raise ConfigError(f"{what} {k} given twice ({k}={out[k]!r} and {p!r})", fix=f"give {k} once")
+        out[k] = _coerce(v.strip())
     return out
 
 

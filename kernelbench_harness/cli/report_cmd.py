@@ -196,6 +196,7 @@ def runs_list_cmd(db: str | None) -> None:
     from rich.table import Table
 
     from ..reporting import hardware_label
+    from ..reporting.data import protocol_changes, protocol_label
 
     with _store(db) as store:
         runs = store.list_runs()
@@ -220,7 +221,7 @@ def runs_list_cmd(db: str | None) -> None:
                 r.run_name,
                 r.model,
                 r.status,
-                r.protocol_name,
+                protocol_label(r.protocol_name, protocol_changes(r.protocol_name, r.precision, r.protocol)),
                 r.precision,
                 hardware_label(r.hardware),
                 str(r.problem_count),

@@ -265,7 +265,7 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
       kbench run -m cuda-agent --problems ../KernelBench/KernelBench --level 1-3 --turns 4
       kbench run --run-name my-run --resume             # continue after an interruption
     """
-    overrides: dict[str, Any] = parse_kv(protocol_options, "-P value")
+    overrides: dict[str, Any] = parse_kv(protocol_options, "-P value", "placements=4")
     if compile_modes:
         modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
         overrides["baseline_modes"] = modes
@@ -325,7 +325,7 @@ def baseline_cmd(problems: str | None, level: str | None, ids: str | None, proto
     protocol timing settings and precision all match exactly.
     """
     modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
-    proto = get_protocol(protocol, precision, **{**parse_kv(protocol_options, "-P value"), "baseline_modes": modes})
+    proto = get_protocol(protocol, precision, **{**parse_kv(protocol_options, "-P value", "placements=4"), "baseline_modes": modes})
     check_problems_source(problems)
     ps = load_problems(problems, levels=parse_levels(level), ids=ids)
     console = Console()

@@ -120,7 +120,14 @@ def test_protocol_options_are_checked_before_anything_is_stored(tmp_path):
     res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", "placements=0")
     assert isinstance(res.exception, ConfigError) and "placements" in str(res.exception)
     res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", "placements")
-    assert isinstance(res.exception, ConfigError) and "key=value" in res.exception.fix
+    assert isinstance(res.exception, ConfigError) and "e.g. placements=4" in res.exception.fix
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", "placements=2", "-P", "placements=3")
+    assert isinstance(res.exception, ConfigError) and "given twice" in str(res.exception)
+    # values, not only types: a negative time, an unknown timer, a tolerance as one value
+    for bad, says in (("hide_launch_max_ms=-1", "at least 0.05"), ("timer=bogus", "one of cuda_events"),
+                      ("trials=0", "at least 1"), ("tolerances=x", "single value")):
+        res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", bad)
+        assert isinstance(res.exception, ConfigError) and says in str(res.exception), (bad, res.output)
     assert not (tmp_path / "k.db").exists()
 
 
