@@ -311,11 +311,13 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "seed_policy": ("secret", "fixed"), "statistic": ("median", "mean"), "input_device": ("device", "cpu"),
     "compile_mode": tuple(COMPILE_MODES),
 }
-# the least value of a numeric setting (counts, times and sizes are never negative)
-_AT_LEAST: dict[str, float] = {
-    "correct_trials": 1, "fp64_multiple": 0, "fp64_floor_rel": 0, "l2_flush_bytes": 0, "warmup": 0,
-    "warmup_ms": 0, "trials": 1, "min_time_s": 0, "max_trials": 1, "target_ci_rel": 0, "time_budget_s": 0,
-    "rotate_inputs": 1, "alternate_rounds": 1, "hide_launch_max_ms": 0.05,
+# the range of a numeric setting, (least, most or None) (counts, times and sizes are never negative)
+_RANGE: dict[str, tuple[float, float | None]] = {
+    "correct_trials": (1, None), "fp64_multiple": (0, None), "fp64_floor_rel": (0, None),
+    "l2_flush_bytes": (0, None), "warmup": (0, None), "warmup_ms": (0, None), "trials": (1, None),
+    "min_time_s": (0, None), "max_trials": (1, None), "target_ci_rel": (0, None), "time_budget_s": (0, None),
+    "rotate_inputs": (1, None), "alternate_rounds": (1, None), "hide_launch_max_ms": (0.05, None),
+    "placements": (1, 64),
 }
 
 
@@ -338,7 +340,7 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
             isinstance(v, Tolerance) for v in overrides["tolerances"].values())):
         raise ConfigError("tolerances cannot be given as a single value",
                           fix="pick a protocol and a --precision for its tolerances (see `kbench protocols show`)")
-    for key, value in overrides.items():  # a setting's value has the type of the protocol's own
+    for key, value in overrides.items():  # the type of the protocol's own value, and a value the harness knows
         have = getattr(_BASE[name], key)
         if key in ("tolerances", "baseline_modes", "round_sig", "tf32") or value is None and have is None:
             continue
@@ -349,14 +351,14 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
         if not ok:
             raise ConfigError(f"protocol setting {key} must be {want.__name__}, not {value!r}",
                               fix=f"pass e.g. -P {key}={str(have).lower() if want is bool else have}")
-    for key, value in overrides.items():  # and a value the harness knows
         if key in _CHOICES and value not in _CHOICES[key]:
             raise ConfigError(f"protocol setting {key} must be one of {', '.join(map(str, _CHOICES[key]))}, "
                               f"not {value!r}", fix=f"pass e.g. -P {key}={_CHOICES[key][0]}")
-        low = _AT_LEAST.get(key)
-        if low is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and value < low:
-            raise ConfigError(f"protocol setting {key} must be at least {low}, not {value!r}",
-                              fix=f"pass e.g. -P {key}={getattr(_BASE[name], key)}")
+        low, high = _RANGE.get(key, (None, None))
+        if (low is not None and value < low) or (high is not None and value > high):
+            within = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise ConfigError(f"protocol setting {key} must be {within}, not {value!r}",
+                              fix=f"pass e.g. -P {key}={4 if key == 'placements' else have}")
     merged = dataclasses.replace(_BASE[name], **overrides)
     if merged.timer == "profiler" and (merged.placements > 1 or merged.hide_launch):
         raise ConfigError(f"the {name} protocol's profiler timer has no placements or launch hiding",
@@ -365,11 +367,4 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
     for mode in overrides.get("baseline_modes", ()):
         if mode not in COMPILE_MODES:
             raise ConfigError(f"unknown torch.compile mode {mode!r}", fix=f"use one of: {', '.join(COMPILE_MODES)}")
-    if "input_device" in overrides and overrides["input_device"] not in ("cpu", "device"):
-        raise ConfigError(f"unknown input_device {overrides['input_device']!r}", fix="use cpu or device")
-    if "placements" in overrides:
-        v = overrides["placements"]
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 64:
-            raise ConfigError(f"placements must be a whole number from 1 to 64, not {v!r}",
-                              fix="pass e.g. -P placements=4 (1 = inputs stay where they are)")
-    return dataclasses.replace(_BASE[name], precision=precision, **overrides)
+    return dataclasses.replace(merged, precision=precision)

@@ -814,9 +814,7 @@ class DeviceEvaluator:
                     stats, info = _timing.time_callable(fn, self.device, settings, relocate=placer)
                 finally:
                     if placer is not None:
-                        placer.release()  # the earlier placements' copies
-                        if placer.moved and self.device.type == "cuda":
-                            torch.cuda.empty_cache()  # back to the driver, for the candidate's process
+                        placer.release()  # the earlier placements' copies, back to the driver
             info["window"] = window
             blocks.setdefault(mode, []).append((stats, info))
         except Exception as e:

@@ -67,6 +67,7 @@ reports the replacement).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -102,6 +103,7 @@ _event_synchronize = torch.cuda.Event.synchronize
 _clone = torch.Tensor.clone
 _sleep = getattr(torch.cuda, "_sleep", None)  # a GPU spin of N cycles on the current stream
 _empty = torch.empty
+_empty_cache = torch.cuda.empty_cache
 _Tensor = torch.Tensor
 _isinstance = isinstance
 
@@ -345,9 +347,13 @@ class Placer:
 
     def release(self) -> None:
         """Free the spacers and the earlier placements' tensors (the sets stay where the last placement
-        put them)."""
+        put them), and on a GPU hand the freed copies back to the driver rather than keep them in this
+        process's allocator cache: on an H200 a candidate's cached copies of L1/20's 6 GB sets (110 GiB)
+        most likely left the trusted side out of memory."""
         self.spacer = None
         self.retired.clear()
+        if self.moved and self.device.type == "cuda":
+            _empty_cache()
 
 
 def segment_settings(settings: TimerSettings, parts: int) -> TimerSettings:
@@ -358,9 +364,7 @@ def segment_settings(settings: TimerSettings, parts: int) -> TimerSettings:
     protocol each run all of them."""
     if parts <= 1 or not settings.adaptive:
         return settings
-    import dataclasses as _dc
-
-    return _dc.replace(settings, trials=max(3, -(-settings.trials // parts)),
+    return dataclasses.replace(settings, trials=max(3, -(-settings.trials // parts)),
                        max_trials=max(3, -(-settings.max_trials // parts)),
                        time_budget_s=settings.time_budget_s / parts,
                        min_time_s=settings.min_time_s / parts, placements=1)
@@ -419,9 +423,7 @@ def time_callable(
         return stats, info
     share = segment_settings(settings, parts)
     if not settings.adaptive:  # a fixed trial count is shared out too (at least one trial a placement)
-        import dataclasses as _dc
-
-        share = _dc.replace(settings, trials=max(1, -(-settings.trials // parts)), placements=1)
+        share = dataclasses.replace(settings, trials=max(1, -(-settings.trials // parts)), placements=1)
     segs: list[dict[str, Any]] = []
     held: list[Any] = []  # earlier placements' last outputs: the next outputs cannot reuse their blocks
     index0 = 0
@@ -432,7 +434,7 @@ def time_callable(
                 held.append(last)
             del last
         # the first placement warms the GPU up from idle; later ones only re-warm the moved tensors
-        seg_settings = share if p == 0 else _replace_warmup_ms(share, share.warmup_ms / parts)
+        seg_settings = share if p == 0 else dataclasses.replace(share, warmup_ms=share.warmup_ms / parts)
         seg = _timed_loop(fn, device, seg_settings, timer, flush, between, index0, hide, keep_last=True)
         index0 += len(seg["samples"])
         if settings.discard_first and seg["samples"]:
@@ -444,12 +446,6 @@ def time_callable(
     if hide is not None:
         info.update(hide.info())
     return _pool_placements(segs, settings, timer), info
-
-
-def _replace_warmup_ms(settings: TimerSettings, warmup_ms: float) -> TimerSettings:
-    import dataclasses as _dc
-
-    return _dc.replace(settings, warmup_ms=warmup_ms)
 
 
 def pool_placement_samples(samples_by_placement: Sequence[Sequence[float]], settings: TimerSettings,
@@ -535,18 +531,19 @@ class _LaunchHider:
         self.host_bound = 0
         self.trials = 0
         self.host_ms: list[float] = []
+        self.launch_ms: float | None = None
 
     def calibrate(self) -> None:
         """The spin for this callable, in ms and cycles."""
-        launch_ms = sorted(self.host_ms)[len(self.host_ms) // 2] if self.host_ms else 0.05
+        self.launch_ms = sorted(self.host_ms)[len(self.host_ms) // 2] if self.host_ms else None
         cap = max(0.05, float(self.settings.spin_max_ms))
-        self.sleep_ms = min(cap, max(0.05, 3.0 * launch_ms))
+        self.sleep_ms = min(cap, max(0.05, 3.0 * (self.launch_ms or 0.05)))
         per_ms = float(self.settings.spin_cycles_per_ms) or spin_cycles_per_ms(self.device)
         self.cycles = max(1000, int(per_ms * self.sleep_ms))
 
     def info(self) -> dict[str, Any]:
-        return {"launch_sleep_ms": round(self.sleep_ms, 4), "launch_host_ms": round(
-            sorted(self.host_ms)[len(self.host_ms) // 2], 5) if self.host_ms else None,
+        return {"launch_sleep_ms": round(self.sleep_ms, 4),
+            "launch_host_ms": round(self.launch_ms, 5) if self.launch_ms is not None else None,
             "launch_exposed": self.exposed, "launch_host_bound": self.host_bound,
             "launch_hidden_trials": self.trials}
 
@@ -558,6 +555,15 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
     ``samples`` and ``synced`` (ms), ``stopped``, ``elapsed_s``, ``warmup_calls``, ``warmup_s`` and, with
     ``keep_last``, ``last`` (the last call's return value; otherwise no output outlives its call here)."""
     is_cuda = device.type == "cuda"
+    ret: Any = None
+
+    def call(i: int) -> None:
+        """``fn(i)``; its output is kept (``ret``) only with ``keep_last``, else freed on return."""
+        nonlocal ret
+        out = fn(i)
+        if keep_last:
+            ret = out
+
     w0 = _perf_counter_ns()
     for i in range(settings.warmup):
         if hide is not None and not hide.cycles:
@@ -583,7 +589,6 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
         hide.calibrate()  # after the time-based warm-up: the spin's cycles per ms at the clocks timing sees
     samples: list[float] = []
     synced: list[float] = []
-    ret: Any = None
     t0 = _perf_counter_ns()
     stopped = "fixed"
     i = index0  # the timed trials are numbered on from index0 (callers rotate input sets by it)
@@ -602,10 +607,7 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
                 _sleep(hide.cycles)  # type: ignore[misc]  # the GPU is busy while the host launches
             h0 = _perf_counter_ns()
             _record(start)
-            if keep_last:
-                ret = fn(i)
-            else:
-                fn(i)
+            call(i)
             _record(end)
             hl = _perf_counter_ns()
             _synchronize(device)  # every stream, so side-stream work ends inside the host interval
@@ -619,19 +621,14 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
                 if host_ms > event_ms:
                     hide.host_bound += 1
                 samples.append(max(event_ms, host_ms))
-            else:
-                samples.append(event_ms)
-            if hide is not None:
                 # host time from when the spin ended (its start plus its GPU length) until the device is idle
                 synced.append(max(0.0, (h1 - hp) / 1e6 - _elapsed_time(pre, start)))
             else:
+                samples.append(event_ms)
                 synced.append((h1 - h0) / 1e6)
         else:
             h0 = _perf_counter_ns()
-            if keep_last:
-                ret = fn(i)
-            else:
-                fn(i)
+            call(i)
             if is_cuda:
                 _synchronize(device)
             samples.append((_perf_counter_ns() - h0) / 1e6)

@@ -535,11 +535,7 @@ class _Job:
             with _Forbid(bool(self.protocol.get("forbid_functional"))):
                 stats, info = _timing.time_callable(fn, self.device, settings, between=refresh, relocate=placer)
         finally:
-            placer.release()
-            if placer.moved and self.device.type == "cuda":
-                # the earlier placements' copies go back to the driver, not into this process's cache: on an
-                # H200 the cached copies of L1/20's 6 GB sets (110 GiB) left the trusted side out of memory
-                torch.cuda.empty_cache()
+            placer.release()  # the earlier placements' copies, back to the driver
         info["placements_moved"], info["placements_skipped"] = placer.moved, placer.skipped
         self.phase_s["time"] = self.phase_s.get("time", 0.0) + _perf_counter() - t0
         self.sync()
