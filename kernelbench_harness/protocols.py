@@ -107,9 +107,14 @@ class Protocol:
         hide_launch: give the GPU a spin before each trial's start event so the call's kernels are
             queued when it fires; a trial's time is then the larger of the GPU's time for the call and
             the host's time to issue it, without the host's launch latency in between (cuda_events
-            only; see :mod:`kernelbench_harness.execution.timing`). Off in every protocol until it has
-            been run through the exploit suite on a GPU: work on another stream can run, untimed,
-            during the spin (a candidate seen using several streams is timed without it).
+            only; see :mod:`kernelbench_harness.execution.timing`). On in ``kbench`` (off in
+            ``kernelbench`` and ``cuda-agent``, whose procedures it is not): on an H200, 20 level-1
+            candidates timed in two runs gave speedups vs eager that differed by a median 0.09% with
+            it and 7.3% without (``docs/gpu/2026-12-01-s8``), and the exploit suite's 27 verdicts
+            stayed as expected. Work on another stream can run, untimed, during the spin, so a
+            candidate seen using several streams is timed without it. A call the host cannot issue
+            faster than the GPU runs it is timed at the host's pace, which repeats worse between
+            processes (``host_bound`` in a result's timing info).
         hide_launch_max_ms: the longest spin (ms); it bounds the side-stream work a candidate could hide
             per call, and a call whose host needs longer has the gap counted.
         input_device: where the trusted side draws the input sets: ``cpu`` (``get_inputs()`` as it
@@ -173,7 +178,7 @@ class Protocol:
     round_sig: int | None = None
     rotate_inputs: int = 3
     placements: int = 1
-    hide_launch: bool = False
+    hide_launch: bool = True
     hide_launch_max_ms: float = 0.5
     input_device: str = "device"
     alternate_rounds: int = 1
@@ -263,6 +268,7 @@ _BASE: dict[str, Protocol] = {
         round_sig=3,
         rotate_inputs=1,
         placements=1,
+        hide_launch=False,  # KernelBench's events enclose the host's launch latency
         input_device="cpu",  # get_inputs() on the CPU, as KernelBench does
         alternate_rounds=1,
         candidate_no_grad=False,
@@ -294,6 +300,7 @@ _BASE: dict[str, Protocol] = {
         statistic="mean",
         rotate_inputs=1,
         placements=1,
+        hide_launch=False,
         input_device="cpu",
         alternate_rounds=1,
         candidate_no_grad=True,
