@@ -30,6 +30,7 @@ import torch
 
 from ..core import Candidate, EvalResult, Finding, Outcome, Problem, Severity, TimingStats
 from ..protocols import Protocol
+from . import devshare as _devshare
 from . import timing as _timing
 from .build import target_arch_list
 from .channel import ChannelClosed, ChannelError, ChannelTimeout
@@ -37,7 +38,7 @@ from .guards import apply_tf32, cheat_findings, static_findings
 from .process import ChildHandle, Launcher
 from .sandbox import clean_environment, site_write_dirs
 from .scratch import HostDeviceLock, claim_scratch, device_lock_key, release_fd
-from .tensorio import TensorFormatError, encode_value, read_tensor, write_tensor
+from .tensorio import DTYPES, TensorFormatError, encode_value, read_tensor, tensor_name, write_tensor
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
 
 __all__ = ["EvalJob", "DeviceEvaluator", "ProblemContext", "ReferenceError_"]
@@ -135,6 +136,21 @@ def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_floating_point() or a.is_complex():
         return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num()))
     return bool(torch.equal(a, b))
+
+
+def _same_values(a: list[Any], b: list[Any]) -> bool:
+    """Two draws of one input set hold the same values (tensors bit for bit, NaN where NaN)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor):
+            if x.dtype != y.dtype or x.shape != y.shape or x.device != y.device or not _same_tensor(x, y):
+                return False
+        elif type(x) is not type(y) or (x != y and not (isinstance(x, float) and x != x and y != y)):
+            return False
+    return True
 
 
 def _detach_outputs(out: Any) -> list[Any]:
@@ -254,7 +270,7 @@ class ProblemContext:
         return None
 
     def __init__(self, problem: Problem, protocol: Protocol, run_seed: int, device: torch.device,
-                 root: Path, ref_budget_bytes: int | None = None) -> None:
+                 root: Path, ref_budget_bytes: int | None = None, redraw: bool | None = None) -> None:
         if ref_budget_bytes is None:
             ref_budget_bytes = self.reference_budget_bytes(device)
         self.problem = problem
@@ -299,19 +315,40 @@ class ProblemContext:
         if self.dtype != torch.float32:
             model = model.to(self.dtype)
         self.model = model
-        # input sets (on the host), written once for every candidate process; drawn on the GPU when the
-        # protocol says so (protocol.input_device), on the CPU otherwise or where that fails
-        self.sets_cpu: list[list[Any]] = []
-        self.sets_enc: list[Any] = []
-        gen_device = device if getattr(protocol, "input_device", "cpu") == "device" and device.type != "cpu" else None
+        # input sets: drawn on the GPU when the protocol says so (protocol.input_device), on the CPU
+        # otherwise or where that fails. Sets drawn on the GPU that draw again to the same values from their
+        # seeds are not kept at all (``redraw``): each use draws them again, in milliseconds, where a host
+        # copy of a multi-GB set took seconds to make and seconds to copy back for every reference
+        # evaluation. Others are kept on the host. Files for the candidate's process are written when a
+        # candidate first needs them (:meth:`ensure_files`): a device whose candidates map the sets
+        # (:mod:`.devshare`) never writes them.
+        self._sets_cpu: list[list[Any] | None] = []
+        self._sets_enc: list[Any] | None = None
+        self._gen_device = device if getattr(protocol, "input_device", "cpu") == "device" and device.type != "cpu" \
+            else None
         drawn: set[str] = set()
+        self.redraw = False
+        want_redraw = (self._gen_device is not None) if redraw is None else redraw
+        reproducible = want_redraw
         for i, s in enumerate(seeds):
-            vals, where = draw_inputs(mod, s, gen_device)
+            vals, where = draw_inputs(mod, s, self._gen_device)
             drawn.add(where)
-            if where != "cpu":
-                vals = _to_host(vals)
-            self.sets_cpu.append(vals)
-            self.sets_enc.append(encode_value(vals, self.inputs_dir, f"set{i}_", [0]))
+            if reproducible:
+                rng = _rng_state(device)
+                again, where2 = draw_inputs(mod, s, self._gen_device)
+                _set_rng_state(device, rng)
+                reproducible = where2 == where and _same_values(vals, again)
+                del again
+            self._sets_cpu.append(vals if where == "cpu" else None if reproducible else _to_host(vals))
+            del vals
+        self.redraw = reproducible and want_redraw
+        if not self.redraw:  # host copies of every set (drawn on a device: copied from a draw again)
+            for i, s in enumerate(seeds):
+                if self._sets_cpu[i] is None:
+                    vals, _w = draw_inputs(mod, s, self._gen_device)
+                    self._sets_cpu[i] = _to_host(vals)
+        else:
+            self._sets_cpu = [None] * len(seeds)
         self.inputs_drawn_on = "device" if drawn == {"device"} else "cpu" if drawn == {"cpu"} else "mixed"
         self.init_enc = encode_value(init, self.inputs_dir, "init_", [0])
         self.state_enc: dict[str, Any] | None = None
@@ -320,6 +357,14 @@ class ProblemContext:
                               for i, (k, v) in enumerate(self.cpu_state.items())}
         for f in self.inputs_dir.iterdir():
             os.chmod(f, 0o444)
+        # set 0 as drawn, for its sizes (shared-buffer layouts, the output estimate below)
+        set0 = self.set_values(0)
+        self.share_places: list[dict[str, Any] | None] | None = None
+        self.share_set_nbytes = 0
+        if all(isinstance(v, torch.Tensor) or v is None or isinstance(v, (bool, int, float, str)) for v in set0):
+            self.share_places, self.share_set_nbytes = _devshare.layout(set0)
+        self.set_nbytes = sum(v.numel() * v.element_size() for v in set0 if isinstance(v, torch.Tensor))
+        del set0
         # reference outputs at the run's precision (and float64 for the fp64-bound judge): set 0's first;
         # then, unless storing every set's would cost more device memory than the budget allows, the
         # other sets'; then set 0's again: a second evaluation that differs (a random reference, or one
@@ -339,7 +384,7 @@ class ProblemContext:
             except Exception as e:
                 raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}") from None
 
-        self.refs.append(run_ref(self.sets_cpu[0]))
+        self.refs.append(run_ref(self.set_values(0)))
         want64 = protocol.judge == "fp64-bound"
         set0_nbytes = sum(o.numel() * o.element_size() for o in self.refs[0] if isinstance(o, torch.Tensor))
         twin_nbytes = sum(o.numel() * self._twin_itemsize(o) for o in self.refs[0] if isinstance(o, torch.Tensor))
@@ -350,7 +395,7 @@ class ProblemContext:
         self.lazy_refs = ref_budget_bytes is not None and self.ref_estimate_bytes > ref_budget_bytes
 
         def check_determinism() -> None:
-            again = run_ref(self.sets_cpu[0])
+            again = run_ref(self.set_values(0))
             if not all((_same_tensor(a, b) if isinstance(a, torch.Tensor) else a == b)
                        for a, b in zip(self.refs[0], again)):
                 self.flags.append("nondeterministic-reference")
@@ -373,8 +418,8 @@ class ProblemContext:
                          "budget %d)", problem.key, self.ref_estimate_bytes, ref_budget_bytes)
                 self.refs.clear()  # nothing of set 0's outputs stays allocated
         if not self.lazy_refs:
-            for vals in self.sets_cpu[1:]:
-                self.refs.append(run_ref(vals))
+            for i in range(1, n_sets):
+                self.refs.append(run_ref(self.set_values(i)))
             if not checked:
                 check_determinism()  # after the other sets: a reference that depends on earlier calls differs
             self.out_nbytes = max(sum(o.numel() * o.element_size() for o in r if isinstance(o, torch.Tensor))
@@ -392,10 +437,11 @@ class ProblemContext:
                     if self.lazy_refs:
                         # evaluated once here all the same, so that a reference without a float64
                         # evaluation is flagged (and judged with allclose) from the first candidate on
-                        out64 = _detach_outputs(self._m64(*_upcast(self.sets_cpu[0], device)))
+                        out64 = _detach_outputs(self._m64(*_upcast(self.set_values(0), device)))
                         del out64
                     else:
-                        self.refs64 = [_detach_outputs(self._m64(*_upcast(vals, device))) for vals in self.sets_cpu]
+                        self.refs64 = [_detach_outputs(self._m64(*_upcast(self.set_values(i), device)))
+                                       for i in range(n_sets)]
             except Exception as e:
                 log.warning("%s: no float64 reference (%s); judging with allclose", problem.key, e)
                 self.flags.append("no-fp64-reference")
@@ -404,6 +450,46 @@ class ProblemContext:
         self.setup_s = time.perf_counter() - t0
         self.baselines: dict[str, TimingStats] = {}
         self.baseline_info: dict[str, Any] = {}
+
+    def set_values(self, i: int) -> list[Any]:
+        """Input set ``i`` as ``get_inputs`` returned it (its own dtypes), as fresh tensors on the device:
+        drawn again from its seed (``redraw``; the generators are left as they were) or copied from the
+        host copy. Nothing the caller does to them reaches the set as kept."""
+        if self.redraw:
+            rng = _rng_state(self.device)
+            try:
+                vals, _where = draw_inputs(self.module, self.seeds[i], self._gen_device)
+            finally:
+                _set_rng_state(self.device, rng)
+            return [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in vals]
+        return _fresh_on(self._sets_cpu[i], self.device)
+
+    @property
+    def n_sets(self) -> int:
+        """Input sets: the correctness sets and the re-check set."""
+        return len(self.seeds)
+
+    @property
+    def sets_cpu(self) -> list[list[Any]]:
+        """Every input set on the host (made from draws on first use where the sets are drawn again)."""
+        for i, vals in enumerate(self._sets_cpu):
+            if vals is None:
+                self._sets_cpu[i] = _to_host(self.set_values(i))
+        return self._sets_cpu  # type: ignore[return-value]
+
+    @property
+    def sets_enc(self) -> list[Any]:
+        """The input sets as written for a candidate process's file exchange (written at first use)."""
+        if self._sets_enc is None:
+            enc = []
+            for i in range(self.n_sets):
+                vals = self._sets_cpu[i] if self._sets_cpu[i] is not None else self.set_values(i)
+                enc.append(encode_value(vals, self.inputs_dir, f"set{i}_", [0]))
+                del vals
+            for f in self.inputs_dir.glob("set*"):
+                os.chmod(f, 0o444)
+            self._sets_enc = enc
+        return self._sets_enc
 
     def _model64(self) -> Any:
         """A float64 copy of the reference model on the device (weights as first initialised)."""
@@ -436,11 +522,13 @@ class ProblemContext:
     def timing_sets(self) -> list[int]:
         return list(range(min(self.protocol.rotate_inputs, self.n_correct) or 1))
 
-    def job_fields(self) -> dict[str, Any]:
+    def job_fields(self, shared_sets: list[Any] | None = None) -> dict[str, Any]:
+        """What a candidate job needs of this problem; ``shared_sets``: the sets as mapped from shared
+        device buffers (:meth:`DeviceEvaluator._share_sets`), else the files are used."""
         return {
             "inputs_dir": str(self.inputs_dir),
             "problem_path": str(self.problem_path),
-            "sets": self.sets_enc,
+            "sets": shared_sets if shared_sets is not None else self.sets_enc,
             "init_inputs": self.init_enc,
             "state_dict": self.state_enc,
             "weights_seed": self.weights_seed,
@@ -483,7 +571,7 @@ class ProblemContext:
         grad = torch.no_grad if p.reference_no_grad else torch.enable_grad
         def inputs() -> tuple[list[Any], list[Any]]:
             """(the set on the device at get_inputs' dtypes, the run-precision inputs as refreshed)."""
-            raw = _fresh_on(self.sets_cpu[set_idx], self.device)
+            raw = self.set_values(set_idx)
             vals = _cast_set(raw, self.dtype, self.cast_all)
             if round_ is not None:
                 vals = [_timing.refresh_values(v, round_) if isinstance(v, torch.Tensor) and v.is_floating_point()
@@ -598,6 +686,12 @@ class DeviceEvaluator:
         self.launcher = Launcher(self.child_env, start_method)
         self._contexts: dict[tuple[str, str, int], ProblemContext] = {}
         self._fingerprint: dict[str, Any] | None = None
+        # device memory shared with candidate processes (CUDA IPC, see .devshare): tried at the first
+        # candidate; KBENCH_DEVSHARE=0 keeps the file exchange
+        self._share_ok: bool | None = None if os.environ.get("KBENCH_DEVSHARE", "1") != "0" else False
+        self._share_bufs: list[_devshare.SharedBuffer] = []
+        self._share_out: _devshare.SharedBuffer | None = None
+        self._last_shared = False
         self.layers: dict[str, bool] = {}
         self.probe_log: list[str] = []
         if sandbox:
@@ -768,7 +862,7 @@ class DeviceEvaluator:
         """A timing function per baseline mode not measured yet (torch.compile done here, outside any
         timing window), with its compile seconds; failures go to ``ctx.baseline_info``."""
         apply_tf32(protocol.tf32)
-        sets = [_to_device(ctx.sets_cpu[i], self.device, ctx.dtype, ctx.cast_all) for i in ctx.timing_sets]
+        sets = [_cast_set(ctx.set_values(i), ctx.dtype, ctx.cast_all) for i in ctx.timing_sets]
         k = len(sets)
         # every mode's timing moves these sets to new memory between placements (protocol.placements)
         placer = _timing.Placer(sets, self.device)
@@ -864,11 +958,24 @@ class DeviceEvaluator:
         measured: dict[str, TimingStats] = {}
         alternate = ([m for m in modes if m not in known and m not in ctx.baselines]
                      if protocol.alternate_rounds > 1 else [])
+        before_run = list(findings)
         jobdir = Path(tempfile.mkdtemp(prefix="cand_", dir=self.scratch))
         try:
             res = self._run_candidate(job, ctx, jobdir, findings, phase, alternate=alternate, measured=measured)
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
+        if self._last_shared and res.outcome is Outcome.RUNTIME_ERROR and "DevShareError" in (res.error or ""):
+            # the candidate's process could not map the shared buffers: this device shares no more, and
+            # the candidate runs again with files (the harness's failure is not the candidate's)
+            log.warning("%s: shared device buffers failed in the candidate process; using files from now on: %s",
+                        job.problem.key, (res.error or "").strip().splitlines()[-1][:300])
+            self._share_ok = False
+            findings = list(before_run)
+            jobdir = Path(tempfile.mkdtemp(prefix="cand_", dir=self.scratch))
+            try:
+                res = self._run_candidate(job, ctx, jobdir, findings, phase, alternate=alternate, measured=measured)
+            finally:
+                shutil.rmtree(jobdir, ignore_errors=True)
         # baselines: only needed when the candidate produced a time
         if res.candidate is not None:
             missing = [m for m in modes if m not in known and m not in measured]
@@ -921,7 +1028,68 @@ class DeviceEvaluator:
             **(self.layers or {"new_netns": True, "landlock": True}),
         }
 
-    def _child_job(self, job: EvalJob, ctx: ProblemContext, jobdir: Path) -> dict[str, Any]:
+    SHARE_MAX_FRACTION = 0.35  # of the device's memory: larger input sets go through files
+
+    def _share_sets(self, ctx: ProblemContext) -> tuple[list[Any], dict[str, Any]] | None:
+        """Fresh shared device buffers for one candidate: every input set copied into one buffer each,
+        and one for its outputs (:mod:`.devshare`). Returns the sets as the job describes them and the
+        job's ``share`` entry, or None where the exchange goes through files (a CPU device, sharing
+        unavailable or switched off, sets with nested values or whose sizes differ, sets larger in all
+        than ``SHARE_MAX_FRACTION`` of the device's memory, or an allocation the driver refuses)."""
+        self._free_share()
+        if self.device.type != "cuda" or self._share_ok is False or ctx.share_places is None:
+            return None
+        if self._share_ok is None:
+            self._share_ok = _devshare.available(self.device)
+            if not self._share_ok:
+                return None
+        out_nbytes = _devshare._round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
+        total = ctx.n_sets * ctx.share_set_nbytes + out_nbytes
+        if total > self.SHARE_MAX_FRACTION * torch.cuda.get_device_properties(self.device).total_memory:
+            return None
+        bufs: list[_devshare.SharedBuffer] = []
+        sets: list[Any] = []
+        try:
+            for i in range(ctx.n_sets):
+                buf = _devshare.SharedBuffer(ctx.share_set_nbytes, self.device)
+                bufs.append(buf)
+                items: list[Any] = []
+                vals = ctx.set_values(i)
+                for v, place in zip(vals, ctx.share_places):  # type: ignore[arg-type]
+                    if place is None:
+                        if isinstance(v, torch.Tensor):
+                            raise _devshare.DevShareError(f"input set {i} differs in kind from set 0")
+                        items.append(encode_value(v, ctx.inputs_dir, "unused_", [0]))
+                        continue
+                    if not isinstance(v, torch.Tensor) or v.numel() * v.element_size() != place["nbytes"]:
+                        raise _devshare.DevShareError(f"input set {i} differs in size from set 0")
+                    name = tensor_name(v.dtype)
+                    off, n = place["offset"], place["nbytes"]
+                    buf.tensor[off:off + n].copy_(v.contiguous().reshape(-1).view(torch.uint8))
+                    items.append({"__tensor__": {"shared": i, "offset": off, "dtype": name, "shape": list(v.shape)}})
+                del vals
+                sets.append({"__seq__": "list", "items": items})
+            out = _devshare.SharedBuffer(out_nbytes, self.device)
+            bufs.append(out)
+            torch.cuda.synchronize(self.device)
+        except Exception as e:  # noqa: BLE001 - out of memory, a refusal, an unsupported dtype: files
+            log.info("%s: input sets go through files (%s: %s)", ctx.problem.key, type(e).__name__, e)
+            for b in bufs:
+                b.free()
+            return None
+        self._share_bufs, self._share_out = bufs, out
+        share = {"sets": [{"handle": b.handle, "nbytes": b.nbytes} for b in bufs[:-1]],
+                 "outputs": {"handle": out.handle, "nbytes": out.nbytes}}
+        return sets, share
+
+    def _free_share(self) -> None:
+        """Free the shared buffers of the last candidate (its process has ended)."""
+        bufs, self._share_bufs, self._share_out = self._share_bufs, [], None
+        for b in bufs:
+            b.free()
+
+    def _child_job(self, job: EvalJob, ctx: ProblemContext, jobdir: Path,
+                   shared: tuple[list[Any], dict[str, Any]] | None = None) -> dict[str, Any]:
         cand_path = jobdir / "candidate.py"
         cand_path.write_text(job.candidate.source, encoding="utf-8")
         for sub in ("home", "tmp", "build", "outputs"):
@@ -939,7 +1107,8 @@ class DeviceEvaluator:
             "problem_namespace": job.protocol.name == "kernelbench",
             "timer": dataclasses.asdict(settings),
             "env": {},
-            **ctx.job_fields(),
+            **ctx.job_fields(shared[0] if shared else None),
+            "share": shared[1] if shared else None,
         }
 
     def _read_outputs(self, msg: dict[str, Any], jobdir: Path) -> list[Any]:
@@ -951,11 +1120,38 @@ class DeviceEvaluator:
                 t = read_tensor(d, jobdir / "outputs", device=self.device)  # staged onto a GPU in chunks
                 os.unlink(jobdir / "outputs" / d["file"])
                 outs.append(t)
+            elif "shared" in d:
+                outs.append(self._shared_output(d))
             elif "value" in d:
                 outs.append(d["value"])
             else:
                 outs.append(object())  # unsupported output type: compare() reports it
         return outs
+
+    def _shared_output(self, d: dict[str, Any]) -> torch.Tensor:
+        """A copy, in this process's memory, of an output the candidate put in the shared output buffer.
+
+        Raises:
+            TensorFormatError: no shared buffer, or a description that does not fit inside it.
+        """
+        buf = self._share_out
+        try:
+            dtype = DTYPES[str(d["dtype"])]
+            shape = [int(x) for x in d["shape"]]
+            off = d["offset"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise TensorFormatError(f"bad shared output description {d!r}: {e}") from None
+        if buf is None:
+            raise TensorFormatError("an output in a shared buffer, but none was shared")
+        if not isinstance(off, int) or isinstance(off, bool) or off < 0 or off % _devshare.ALIGN or \
+                any(x < 0 for x in shape):
+            raise TensorFormatError(f"bad shared output description {d!r}")
+        n = torch.empty((), dtype=dtype).element_size()
+        for x in shape:
+            n *= x
+        if off + n > buf.nbytes:
+            raise TensorFormatError(f"a shared output of {n} bytes at {off} overruns the buffer ({buf.nbytes} bytes)")
+        return buf.tensor[off:off + n].view(dtype).reshape(shape).clone()
 
     def _run_candidate(self, job: EvalJob, ctx: ProblemContext, jobdir: Path, findings: list[Finding],
                        phase: dict[str, float], *, alternate: list[str] | None = None,
@@ -964,7 +1160,9 @@ class DeviceEvaluator:
 
         ``alternate``: baseline modes to time in this job, interleaved with the candidate's timing in
         ``job.protocol.alternate_rounds`` blocks each; their pooled stats go into ``measured``."""
-        childjob = self._child_job(job, ctx, jobdir)
+        shared = self._share_sets(ctx)
+        self._last_shared = shared is not None
+        childjob = self._child_job(job, ctx, jobdir, shared)
         timing_windows: list[dict[str, Any]] = []
         env_note = {}
         h: ChildHandle | None = None
@@ -1105,6 +1303,7 @@ class DeviceEvaluator:
             res = self._verdict(job, ctx, compared, ok, findings, stats, tinfo, launches, profile, build_info)
             extra = dict(res.extra)
             extra.update({"sandbox": env_note, "build": build_info, "weights": weights, "launches": launches,
+                          "input_exchange": "shared" if shared else "files",
                           "profile": profile, "timing_info": {k: v for k, v in tinfo.items() if k != "synced_ms"},
                           "timing_windows": timing_windows,
                           "peak_rss_bytes": h.peak_rss_bytes})
@@ -1158,6 +1357,7 @@ class DeviceEvaluator:
             if h is not None:  # a harness error: no candidate process outlives it
                 h.kill("harness error")
                 h.close()
+            self._free_share()
             raise
 
     def _check_timed_output(self, ctx: ProblemContext, timed: dict[str, Any], jobdir: Path,
@@ -1168,7 +1368,7 @@ class DeviceEvaluator:
         try:
             set_idx = int(timed.get("set", 0))
             round_ = timed.get("round")
-            if not 0 <= set_idx < len(ctx.sets_cpu):
+            if not 0 <= set_idx < ctx.n_sets:
                 raise TensorFormatError(f"timed output for unknown input set {set_idx}")
             if round_ is not None and (not isinstance(round_, int) or isinstance(round_, bool) or round_ < 0):
                 raise TensorFormatError(f"timed output for a bad refresh round {round_!r}")
@@ -1200,6 +1400,7 @@ class DeviceEvaluator:
             res = res.with_(extra={**res.extra, "trusted_memory": self._trusted_memory()})
         if h is not None:
             h.close()
+        self._free_share()  # the candidate's process has ended: nothing maps them now
         if not res.log:
             n = 6000 if res.outcome in (Outcome.RUNTIME_ERROR, Outcome.COMPILE_ERROR, Outcome.OOM) else 2000
             res = res.with_(log=_log_tail(jobdir, n))

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["DTYPES", "write_tensor", "read_tensor", "encode_value", "decode_value", "TensorFormatError"]
+__all__ = ["DTYPES", "tensor_name", "write_tensor", "read_tensor", "encode_value", "decode_value", "TensorFormatError"]
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -30,6 +30,18 @@ DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool, "complex64": torch.complex64,
 }
 _NAMES = {v: k for k, v in DTYPES.items()}
+
+
+def tensor_name(dtype: torch.dtype) -> str:
+    """The exchange name of ``dtype`` (a key of :data:`DTYPES`).
+
+    Raises:
+        TensorFormatError: for a dtype outside :data:`DTYPES`.
+    """
+    try:
+        return _NAMES[dtype]
+    except KeyError:
+        raise TensorFormatError(f"unsupported dtype {dtype}") from None
 
 
 class TensorFormatError(ValueError):

@@ -36,7 +36,8 @@ from . import timing as _timing  # captures the timer functions now, before any 
 from .build import BuildRecord, CandidateBuildError, install_build_hooks, with_no_gpu_hint
 from .channel import Channel
 from .guards import ProtectedSnapshot, ThreadWatch, run_watching_precision, snapshot_global_flags
-from .tensorio import decode_value, read_tensor, write_tensor
+from . import devshare as _devshare
+from .tensorio import DTYPES, decode_value, read_tensor, tensor_name, write_tensor
 
 __all__ = ["child_main", "run_job"]
 
@@ -187,6 +188,12 @@ class _Job:
         self.watched_precision = False
         self.model: Any = None
         self.sets_cache: dict[int, list[Any]] = {}
+        # device memory shared by the trusted side (see .devshare): the input sets' buffers, mapped at
+        # first use, and the buffer outputs are copied into (from offset 0 for each message)
+        self.share: dict[str, Any] | None = job.get("share") if self.device.type == "cuda" else None
+        self.shared_sets: dict[int, torch.Tensor] = {}
+        self.shared_out: torch.Tensor | None = None
+        self.out_cursor = 0
 
     # -- helpers -----------------------------------------------------------------------------
     def send(self, obj: dict[str, Any]) -> None:
@@ -245,7 +252,10 @@ class _Job:
         if idx in self.sets_cache:
             return self.sets_cache[idx]
         enc = self.job["sets"][idx]
-        if self.device.type == "cuda" and _isinstance(enc, dict) and _isinstance(enc.get("items"), list):
+        if self.share is not None and _isinstance(enc, dict) and _isinstance(enc.get("items"), list):
+            vals = [self.shared_input(x["__tensor__"]) if _isinstance(x, dict) and "__tensor__" in x
+                    else decode_value(x, self.inputs_dir) for x in enc["items"]]
+        elif self.device.type == "cuda" and _isinstance(enc, dict) and _isinstance(enc.get("items"), list):
             # top-level tensors go from the file to the device through the pinned staging buffer (no
             # full host copy of a multi-GB input); nested values decode as before, on the host
             vals = [read_tensor(x["__tensor__"], self.inputs_dir, device=self.device)
@@ -264,6 +274,37 @@ class _Job:
         if len(self.sets_cache) < 8:
             self.sets_cache[idx] = out
         return out
+
+    def shared_input(self, desc: dict[str, Any]) -> torch.Tensor:
+        """A view of one input tensor in its set's shared buffer (no copy)."""
+        i = int(desc["shared"])
+        buf = self.shared_sets.get(i)
+        if buf is None:
+            d = self.share["sets"][i]  # type: ignore[index]
+            buf = self.shared_sets[i] = _devshare.open_shared(d["handle"], int(d["nbytes"]), self.device)
+        dtype = DTYPES[desc["dtype"]]
+        off = int(desc["offset"])
+        n = torch.empty((), dtype=dtype).element_size()
+        for x in desc["shape"]:
+            n *= int(x)
+        return buf[off:off + n].view(dtype).reshape([int(x) for x in desc["shape"]])
+
+    def shared_output(self, o: torch.Tensor) -> dict[str, Any] | None:
+        """Copy ``o`` (a plain tensor on the device) into the shared output buffer after the message's
+        earlier outputs; its description, or None where it does not fit (it goes to a file)."""
+        if self.share is None or o.device != self.device or o.dtype not in DTYPES.values():
+            return None
+        if self.shared_out is None:
+            d = self.share["outputs"]
+            self.shared_out = _devshare.open_shared(d["handle"], int(d["nbytes"]), self.device)
+        n = o.numel() * o.element_size()
+        off = self.out_cursor
+        if off + n > self.shared_out.numel():
+            return None
+        self.shared_out[off:off + n].copy_(o.contiguous().reshape(-1).view(torch.uint8))
+        self.sync()
+        self.out_cursor = _devshare._round_up(off + n)
+        return {"shared": True, "offset": off, "dtype": tensor_name(o.dtype), "shape": list(o.shape)}
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -376,6 +417,7 @@ class _Job:
         dt = _perf_counter() - t0
         outs = _flatten(out)
         descs: list[Any] = []
+        self.out_cursor = 0  # the trusted side has copied the previous message's outputs
         for j, o in enumerate(outs):
             if _isinstance(o, torch.Tensor):
                 if _type(o) is not _Tensor:
@@ -423,7 +465,7 @@ class _Job:
             o = o.detach()
             if _type(o) is not _Tensor:
                 o = o.as_subclass(_Tensor)
-            return write_tensor(o, self.dir / "outputs" / file_name)
+            return self.shared_output(o) or write_tensor(o, self.dir / "outputs" / file_name)
         if o is None or _isinstance(o, (int, float, bool)):
             return {"value": o}
         return {"unsupported": _type(o).__name__}
@@ -552,6 +594,7 @@ class _Job:
         self.check_integrity("after timing")
         msg: dict[str, Any] = {"event": "timing", "stats": stats.to_dict(), "info": info}
         if "out" in timed:
+            self.out_cursor = 0
             descs = [self.describe_output(o, f"out_timed_{trial[0]}_{n}.bin")
                      for n, o in enumerate(_flatten(timed["out"]))]
             msg["timed"] = {"set": timed["set"], "round": last_round[timed["set"]], "descs": descs}

@@ -1,0 +1,190 @@
+"""Input sets drawn again from their seeds instead of kept (``ProblemContext.redraw``), and the checks on
+outputs a candidate describes in a shared device buffer (:mod:`kernelbench_harness.execution.devshare`).
+
+On a GPU the sets are drawn there and drawn again at each use; here the same logic runs on the CPU with
+``redraw=True``. The CUDA IPC mapping itself needs a GPU (``scripts/gpu/ipc_probe.py`` and the sweep);
+what a CPU can check is the layout, the trusted side's validation of descriptions, and that a CPU run
+never tries to share.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from execution.evalkit import FAST_KBENCH, describe, evaluate
+from kernelbench_harness.core import Outcome, Problem
+from kernelbench_harness.execution import devshare
+from kernelbench_harness.execution.device import DeviceEvaluator, ProblemContext
+from kernelbench_harness.execution.tensorio import TensorFormatError
+
+CPU = torch.device("cpu")
+
+_SRC = '''\
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, k):
+        return x * k + DROPOUT
+
+
+def get_inputs():
+    return [DRAW, 3]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _problem(draw: str = "torch.randn(4, 64)", dropout: str = "0.0") -> Problem:
+    return Problem(1, 931, "Redraw_test", _SRC.replace("DRAW", draw).replace("DROPOUT", dropout),
+                   "tests/execution/test_redraw_and_share.py")
+
+
+def test_redrawn_sets_equal_kept_sets_and_are_not_kept(tmp_path: Path) -> None:
+    kept = ProblemContext(_problem(), FAST_KBENCH, 5, CPU, tmp_path / "kept", redraw=False)
+    again = ProblemContext(_problem(), FAST_KBENCH, 5, CPU, tmp_path / "again", redraw=True)
+    assert again.redraw and not kept.redraw
+    assert all(v is None for v in again._sets_cpu)  # nothing kept on the host
+    assert again.n_sets == kept.n_sets == FAST_KBENCH.correct_trials + 1
+    for i in range(kept.n_sets):
+        a, b = kept.set_values(i), again.set_values(i)
+        assert torch.equal(a[0], b[0]) and a[1] == b[1] == 3, i
+        b[0].add_(1.0)  # a caller writing into its copy changes no later draw
+        assert torch.equal(again.set_values(i)[0], a[0])
+    # the references (and their float64 twins) are the same either way
+    for r, s in zip(kept.refs, again.refs):
+        assert torch.equal(r[0], s[0])
+    assert kept.fp64_judge and again.fp64_judge
+    # files for the candidate process are written only when asked for, with the same bytes
+    assert not list(again.inputs_dir.glob("set*"))
+    assert again.sets_enc == kept.sets_enc
+    for f in kept.inputs_dir.glob("set*"):
+        assert f.read_bytes() == (again.inputs_dir / f.name).read_bytes()
+    assert torch.equal(again.sets_cpu[2][0], kept.sets_cpu[2][0])
+
+
+def test_a_draw_that_does_not_repeat_is_kept(tmp_path: Path) -> None:
+    # get_inputs drawing from an unseeded generator of its own: a second draw differs
+    ctx = ProblemContext(_problem("torch.randn(4, 64, generator=torch.Generator().manual_seed(__import__('os').getpid() "
+                                  "+ __import__('time').perf_counter_ns()))"), FAST_KBENCH, 5, CPU, tmp_path, redraw=True)
+    assert not ctx.redraw
+    assert all(v is not None for v in ctx._sets_cpu)
+    first = ctx.set_values(1)[0]
+    assert torch.equal(ctx.set_values(1)[0], first)  # the kept copy, the same each time
+
+
+def test_a_random_reference_is_still_flagged_with_redraws(tmp_path: Path) -> None:
+    # each redraw seeds the generators; the reference's own random draws must not be reset by it
+    ctx = ProblemContext(_problem(dropout="torch.rand_like(x)"), FAST_KBENCH, 5, CPU, tmp_path, redraw=True)
+    assert ctx.redraw and "nondeterministic-reference" in ctx.flags
+
+
+def test_candidates_evaluate_alike_with_redraws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from execution.evalkit import AFFINE
+    from execution.test_reference_budget import CORRECT, WRONG
+
+    orig = ProblemContext.__init__
+
+    def init(self, *a, **k):  # noqa: ANN001, ANN002, ANN003
+        k["redraw"] = True
+        orig(self, *a, **k)
+
+    monkeypatch.setattr(ProblemContext, "__init__", init)
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path, sandbox=False)
+    try:
+        res = evaluate(ev, CORRECT, AFFINE)
+        assert res.outcome is Outcome.CORRECT, describe(res)
+        assert res.extra.get("input_exchange") == "files"  # a CPU device never shares
+        assert next(iter(ev._contexts.values())).redraw
+        res = evaluate(ev, WRONG, AFFINE)
+        assert res.outcome is Outcome.INCORRECT, describe(res)
+    finally:
+        ev.close()
+
+
+def test_layout_aligns_every_tensor() -> None:
+    places, n = devshare.layout([torch.zeros(3, dtype=torch.float16), 7, torch.zeros(5, 5), None,
+                                 torch.zeros(0)])
+    assert places[1] is None and places[3] is None
+    assert [p["offset"] for p in places if p] == [0, 512, 1024]
+    assert [p["nbytes"] for p in places if p] == [6, 100, 0]
+    assert n == 1024  # the empty tensor at 1024 takes nothing
+    assert devshare.available(CPU) is False
+
+
+def _with_buffer(nbytes: int) -> DeviceEvaluator:
+    ev = DeviceEvaluator.__new__(DeviceEvaluator)
+    buf = torch.arange(nbytes, dtype=torch.int64).to(torch.uint8)
+    ev._share_out = types.SimpleNamespace(tensor=buf, nbytes=nbytes)  # type: ignore[assignment]
+    return ev
+
+
+def test_shared_output_descriptions_are_checked() -> None:
+    ev = _with_buffer(4096)
+    x = torch.randn(10, 12)
+    ev._share_out.tensor[512:512 + x.numel() * 4].copy_(x.reshape(-1).view(torch.uint8))
+    got = ev._shared_output({"shared": True, "offset": 512, "dtype": "float32", "shape": [10, 12]})
+    assert torch.equal(got, x)
+    ev._share_out.tensor.zero_()
+    assert torch.equal(got, x)  # a copy: later writes into the buffer do not reach it
+    bad = [
+        {"shared": True, "offset": 4096 - 256, "dtype": "float32", "shape": [10, 12]},  # overruns
+        {"shared": True, "offset": 100, "dtype": "float32", "shape": [2]},  # not aligned
+        {"shared": True, "offset": -512, "dtype": "float32", "shape": [2]},
+        {"shared": True, "offset": 0, "dtype": "object", "shape": [2]},
+        {"shared": True, "offset": 0, "dtype": "float32", "shape": [-1, 4]},
+        {"shared": True, "offset": True, "dtype": "float32", "shape": [2]},
+        {"shared": True, "offset": 0, "dtype": "float32"},
+        {"shared": True, "offset": 0, "dtype": "float64", "shape": [1 << 40]},
+    ]
+    for d in bad:
+        with pytest.raises(TensorFormatError):
+            ev._shared_output(d)
+    ev._share_out = None
+    with pytest.raises(TensorFormatError, match="none was shared"):
+        ev._shared_output({"shared": True, "offset": 0, "dtype": "float32", "shape": [2]})
+
+
+def test_open_shared_refuses_malformed_handles() -> None:
+    for handle, n in (("zz", 8), ("00" * 63, 8), ("00" * 64, 0), (None, 8)):
+        with pytest.raises(devshare.DevShareError, match="malformed"):
+            devshare.open_shared(handle, n, torch.device("cuda:0"))  # type: ignore[arg-type]
+
+
+def test_a_candidate_process_that_cannot_map_shared_buffers_runs_again_with_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from execution.evalkit import AFFINE
+    from execution.test_reference_budget import CORRECT
+
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path, sandbox=False)
+    real = DeviceEvaluator._run_candidate
+    calls: list[bool] = []
+
+    def run(self, job, ctx, jobdir, findings, phase, **kw):  # noqa: ANN001, ANN003
+        calls.append(self._share_ok is not False)
+        if len(calls) == 1:  # as if the buffers had been shared and the child failed to map them
+            self._last_shared = True
+            findings.append(findings[0] if findings else None)
+            from kernelbench_harness.core import EvalResult
+            return EvalResult(Outcome.RUNTIME_ERROR, error="Traceback ...\nkernelbench_harness.execution.devshare."
+                              "DevShareError: cuIpcOpenMemHandle failed (CUresult 1)")
+        return real(self, job, ctx, jobdir, findings, phase, **kw)
+
+    monkeypatch.setattr(DeviceEvaluator, "_run_candidate", run)
+    try:
+        res = evaluate(ev, CORRECT, AFFINE)
+        assert res.outcome is Outcome.CORRECT, describe(res)
+        assert calls == [True, False] and ev._share_ok is False
+        assert None not in res.findings  # the failed attempt's findings are not kept
+    finally:
+        ev.close()
