@@ -1244,6 +1244,11 @@ class DeviceEvaluator:
                 mark("profile")
             if ok and not static_cheat:
                 state = "time"
+                if self.device.type == "cuda":
+                    # the comparisons' temporaries (copies of multi-GB outputs among them) leave this
+                    # process's allocator cache full while the candidate's timing needs its inputs twice
+                    # over (L1/19 on an H200: 32 GiB cached here, the candidate out of memory)
+                    torch.cuda.empty_cache()
                 rounds = max(1, int(job.protocol.alternate_rounds)) if alternate else 1
                 full = _timing.TimerSettings.from_protocol(job.protocol, self.device)
                 fns: dict[str, tuple[Callable[[int], Any], float]] = {}
@@ -1281,6 +1286,8 @@ class DeviceEvaluator:
                     measured.update(self._finish_baselines(ctx, list(alternate or []), fns, base_blocks, part))
                 mark("timing")  # includes waiting for the device's timing lock, and alternated baselines
                 def recheck(set_idx: int, inplace: bool) -> Comparison:
+                    if self.device.type == "cuda":
+                        torch.cuda.empty_cache()
                     h.chan.send({"cmd": "recheck", "set": set_idx, "inplace": inplace})
                     msg = expect(run_deadline + job.timeout_s, "output")
                     return ctx.compare(self._read_outputs(msg, jobdir), set_idx)
