@@ -24,7 +24,7 @@ import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
@@ -991,6 +991,13 @@ class DeviceEvaluator:
             if sp and max(sp) > 10:
                 res = res.with_(findings=res.findings + (Finding("review.speedup", Severity.WARN, "review",
                                                                   f"speedup {max(sp):.1f}x > 10x: marked for review"),))
+        host_bound = host_bound_callables((res.extra or {}).get("timing_info") if res.candidate is not None else None,
+                                          {m: ctx.baseline_info.get(m) for m in modes})
+        if "candidate" in host_bound:
+            res = res.with_(findings=res.findings + (Finding(
+                "timing.host-bound", Severity.WARN, "host-bound",
+                "the candidate's time is the host's time to issue its launches in most trials, not the GPU's: "
+                "it repeats worse between processes than a GPU-bound time"),))
         cheats = cheat_findings(res.findings)
         if cheats and res.outcome is not Outcome.CHEAT:
             # a cheat voids the result whatever else happened (e.g. a reference subclass fails to import)
@@ -1000,8 +1007,10 @@ class DeviceEvaluator:
         extra = dict(res.extra)
         extra["baselines"] = {m: s.to_dict() for m, s in measured.items()}
         extra["baseline_info"] = {m: ctx.baseline_info.get(m) for m in measured}
-        if ctx.flags:
-            extra["problem_flags"] = list(ctx.flags)
+        if host_bound:
+            extra["host_bound"] = host_bound
+        if ctx.flags or host_bound:
+            extra["problem_flags"] = list(ctx.flags) + (["host-bound"] if host_bound else [])
         extra.update(ctx.reference_info())  # reference_mode "lazy" | "stored", and what storing would cost
         return res.with_(phase_s={**phase, **res.phase_s}, device=str(self.device), extra=extra)
 
@@ -1597,6 +1606,29 @@ def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],
     if windows:
         info["window"], info["windows"] = windows[0], windows
     return stats, info
+
+
+def host_bound_callables(candidate_info: Mapping[str, Any] | None,
+                         baseline_info: Mapping[str, Any]) -> list[str]:
+    """The callables (``"candidate"``, and baseline modes such as ``"eager"``) whose time the host set:
+    with launch hiding on, more than half of their hidden trials took the host's time to issue the call
+    rather than the GPU's (``launch_host_bound`` of ``launch_hidden_trials`` in their timing info, see
+    :mod:`.timing`). On an H200 such times differed by up to 60% between two runs (L1/12's candidate,
+    torch.compile of L1/3-5) while GPU-bound ones repeated to a median 0.1%
+    (``docs/gpu/2026-12-01-s8``).
+
+    Args:
+        candidate_info: the candidate's timing info (None: not timed).
+        baseline_info: timing info by baseline mode (None or missing entries: not measured here).
+    """
+    def bound(info: Any) -> bool:
+        if not isinstance(info, Mapping):
+            return False
+        hidden, host = info.get("launch_hidden_trials"), info.get("launch_host_bound")
+        return isinstance(hidden, int) and isinstance(host, int) and hidden > 0 and host * 2 > hidden
+
+    out = ["candidate"] if bound(candidate_info) else []
+    return out + sorted(m for m, info in baseline_info.items() if bound(info))
 
 
 def launch_hiding_for(settings: _timing.TimerSettings, profile: dict[str, Any],

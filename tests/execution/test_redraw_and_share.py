@@ -188,3 +188,17 @@ def test_a_candidate_process_that_cannot_map_shared_buffers_runs_again_with_file
         assert None not in res.findings  # the failed attempt's findings are not kept
     finally:
         ev.close()
+
+
+def test_host_bound_callables_are_those_the_host_paced_in_most_trials() -> None:
+    from kernelbench_harness.execution.device import host_bound_callables
+
+    paced = {"launch_hidden_trials": 260, "launch_host_bound": 199}
+    gpu = {"launch_hidden_trials": 84, "launch_host_bound": 0}
+    half = {"launch_hidden_trials": 100, "launch_host_bound": 50}  # half is not most
+    assert host_bound_callables(paced, {"eager": gpu, "compile:default": paced}) == ["candidate", "compile:default"]
+    assert host_bound_callables(gpu, {"eager": half, "compile:default": None}) == []
+    assert host_bound_callables(None, {"eager": paced}) == ["eager"]
+    # timing info without launch hiding (a CPU, kernelbench's protocol) or malformed: not host-bound
+    assert host_bound_callables({"stopped": "ci"}, {"eager": {"launch_hidden_trials": "260",
+                                                             "launch_host_bound": 199}}) == []
