@@ -527,6 +527,10 @@ class _Job:
     def time_it(self, timer: dict[str, Any] | None = None) -> None:
         """One timed block (the trusted side may ask for several, alternating with the baselines);
         ``timer`` replaces the job's timer settings for this block."""
+        if self.device.type == "cuda":
+            # what the correctness trials left cached goes back first: timing copies its sets twice over
+            # (6 GiB each for current KernelBench's largest level-1 inputs) beside the shared buffers
+            torch.cuda.empty_cache()
         # private copies: the in-place recheck later overwrites them with fresh values
         sets = [[x.clone() if _isinstance(x, torch.Tensor) else x for x in self.load_set(i)]
                 for i in self.job["timing_sets"]]
