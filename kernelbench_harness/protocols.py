@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +70,7 @@ class Protocol:
             reference's own error: ``|c - r64| <= k * e_ref + floor_rel * max|r64|`` with
             ``e_ref = max |r32 - r64|``).
         tolerances: per precision, for ``allclose`` (and the KernelBench-style result recorded beside).
-        fp64_multiple, fp64_floor_rel: ``k`` and ``floor_rel`` above. ``k = 64``: a naive sequential
+        fp64_multiple, fp64_floor_rel: ``k`` and ``floor_rel`` of the ``fp64-bound`` judge (see ``judge``). ``k = 64``: a naive sequential
             fp32 reduction over a long axis legitimately errs several times more than cuBLAS's blocked
             one (seen on an H200: a matrix-vector kernel at 30x PyTorch's own error, one element over
             a 16x bound), while TF32, fp16 and bf16 arithmetic err 1000x or more.
@@ -239,6 +240,32 @@ class Protocol:
         d.update({k: getattr(self, k) for k in _ADDED_LATER_TIMING if getattr(self, k) != _ADDED_LATER[k]})
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def setting_descriptions() -> dict[str, str]:
+    """Each :class:`Protocol` setting's description, from the class docstring's ``Attributes`` section:
+    the text up to the end of its first sentence, whitespace collapsed. A setting described only inside
+    another's entry (``l2_flush_bytes`` in ``l2_flush``'s) gets a pointer to that entry."""
+    doc = Protocol.__doc__ or ""
+    body = doc.split("Attributes (grouped):", 1)[-1]
+    names = set(Protocol.__dataclass_fields__)
+    texts: dict[str, list[str]] = {}  # setting -> its entry's lines (settings described together share one list)
+    current: list[str] | None = None
+    for line in body.splitlines():
+        m = re.match(r"^\s{8}(\w+(?:, \w+)*): (.*)$", line)
+        if m and all(n.strip() in names for n in m.group(1).split(",")):
+            current = [m.group(2).strip()]
+            for k in m.group(1).split(","):
+                texts[k.strip()] = current
+        elif current is not None and line.startswith(" " * 12) and line.strip():
+            current.append(line.strip())
+        elif not line.strip():
+            current = None
+    out = {k: re.split(r"(?<=\.)\s", " ".join(v), maxsplit=1)[0] for k, v in texts.items()}
+    for k in names - set(out):
+        owner = next((o for o, v in texts.items() if f"``{k}``" in " ".join(v)), None)
+        out[k] = f"see {owner}" if owner else ""
+    return out
 
 
 _BASE: dict[str, Protocol] = {

@@ -191,12 +191,35 @@ def protocols_group() -> None:
 @protocols_group.command("show")
 @click.argument("name", required=False, type=click.Choice(PROTOCOL_NAMES))
 @click.option("--precision", default="fp32", type=click.Choice(["fp32", "fp16", "bf16"]))
-def show_cmd(name: str | None, precision: str) -> None:
-    """Print every setting of a protocol (all three when NAME is omitted)."""
+@click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON (what runs store).")
+def show_cmd(name: str | None, precision: str, as_json: bool) -> None:
+    """Print every setting of a protocol (all three when NAME is omitted), with what it means.
+
+    Any setting can be changed for one run with `-P KEY=VALUE` on `kbench run` and `kbench baseline`.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..protocols import setting_descriptions
+
+    about = setting_descriptions()
+    console = Console()
     for n in [name] if name else PROTOCOL_NAMES:
         p = get_protocol(n, precision)
-        click.echo(f"# {n} (fingerprint {p.fingerprint()})")
-        click.echo(json.dumps(p.to_dict(), indent=2))
+        if as_json:
+            click.echo(f"# {n} (fingerprint {p.fingerprint()})")
+            click.echo(json.dumps(p.to_dict(), indent=2))
+            continue
+        table = Table(title=f"{n} (fingerprint {p.fingerprint()})", title_justify="left", show_lines=False)
+        table.add_column("setting", no_wrap=True)
+        table.add_column("value", overflow="fold")
+        table.add_column("meaning")
+        for key, value in p.to_dict().items():
+            table.add_row(key, json.dumps(value), about.get(key, "").replace("``", "`"))
+        console.print(table)
+    if not as_json:
+        console.print("Change one setting for a run with -P KEY=VALUE (e.g. -P placements=2); --json prints "
+                      "the stored form.")
 
 
 def register(group: click.Group) -> None:

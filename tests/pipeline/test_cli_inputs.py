@@ -167,3 +167,20 @@ def test_protocol_changes_name_what_differs_from_the_named_protocol():
     old.pop("warmup_ms")  # a store from before the field: kernelbench's rules then are its rules now
     assert protocol_changes("kernelbench", "fp32", old) == []
     assert protocol_changes("no-such", "fp32", {}) == [] and protocol_label("kbench", []) == "kbench"
+
+
+def test_protocols_show_explains_every_setting():
+    from kernelbench_harness.protocols import Protocol, get_protocol, setting_descriptions
+
+    about = setting_descriptions()
+    assert set(about) == set(Protocol.__dataclass_fields__)
+    assert all(about.values()), [k for k, v in about.items() if not v]
+    assert about["l2_flush_bytes"] == "see l2_flush" and "spin" in about["hide_launch"]
+    res = CliRunner().invoke(cli, ["protocols", "show", "kernelbench"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "correct_trials" in res.output and "number of correctness trials" in res.output
+    assert "-P KEY=VALUE" in res.output
+    res = CliRunner().invoke(cli, ["protocols", "show", "kbench", "--json"])
+    assert res.exit_code == 0
+    body = res.output.split("\n", 1)[1]
+    assert json.loads(body) == get_protocol("kbench").to_dict()
