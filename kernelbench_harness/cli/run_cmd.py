@@ -149,7 +149,12 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
     def x(e: Any) -> str:  # two significant digits below 0.1x: a CPU run's 0.0017x is not "0.00x"
         return "-" if e.value is None else f"{e.value:.2f}x" if e.value >= 0.1 else f"{e.value:.2g}x"
 
-    t = Table(title=f"run {s.run_name}")
+    from ..reporting.data import protocol_changes, protocol_label
+
+    proto = (info.protocol if info is not None else None) or {}
+    label = protocol_label(str(proto.get("name", "")), protocol_changes(str(proto.get("name", "")),
+                                                                         str(proto.get("precision", "fp32")), proto))
+    t = Table(title=f"run {s.run_name}" + (f" ({label}, {proto.get('precision', 'fp32')})" if label else ""))
     for c in ("model", "group", "problems", "correct", "> eager", "> compile", "geomean vs eager*",
               "geomean vs compile*", "fast_1 compile"):
         t.add_column(c, justify="right" if c not in ("model", "group") else "left")
@@ -333,7 +338,10 @@ def baseline_cmd(problems: str | None, level: str | None, ids: str | None, proto
         rows = asyncio.run(measure_baselines_for(list(ps.problems), protocol=proto, db=db, gpus=gpus,
                                                  modes=["eager", *[f"compile:{m}" for m in modes]],
                                                  progress=prog, force=force))
-    t = Table(title=f"baselines ({protocol}, {precision})")
+    from ..reporting.data import protocol_changes, protocol_label
+
+    label = protocol_label(protocol, protocol_changes(protocol, precision, proto.to_dict()))
+    t = Table(title=f"baselines ({label}, {precision})")
     for c in ("level", "id", "name", "mode", "ms", "cached", "error"):
         t.add_column(c)
     for r in rows:
