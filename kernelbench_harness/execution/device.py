@@ -138,19 +138,41 @@ def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a, b))
 
 
-def _same_values(a: list[Any], b: list[Any]) -> bool:
-    """Two draws of one input set hold the same values (tensors bit for bit, NaN where NaN)."""
-    if len(a) != len(b):
+def _same_values(a: Any, b: Any) -> bool:
+    """Two draws of one input set hold the same values: tensors bit for bit (NaN where NaN) on the same
+    device, lists, tuples and dicts item by item, anything else by ``==`` (NaN equal to NaN). A
+    comparison that raises counts as different."""
+    try:
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.device == b.device
+                    and _same_tensor(a, b))
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, (list, tuple)):
+            return len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict):
+            return list(a) == list(b) and all(_same_values(a[k], b[k]) for k in a)
+        if isinstance(a, float) and a != a:
+            return b != b
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an object without a usable ==: not shown to repeat
         return False
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
-            return False
-        if isinstance(x, torch.Tensor):
-            if x.dtype != y.dtype or x.shape != y.shape or x.device != y.device or not _same_tensor(x, y):
-                return False
-        elif type(x) is not type(y) or (x != y and not (isinstance(x, float) and x != x and y != y)):
-            return False
-    return True
+
+
+def _shares_tensor(a: Any, b: Any) -> bool:
+    """Whether two draws hand out one and the same tensor object (a tensor ``get_inputs`` keeps)."""
+    ids = {id(t) for t in _tensors_in(a)}
+    return any(id(t) in ids for t in _tensors_in(b))
+
+
+def _tensors_in(v: Any) -> list[torch.Tensor]:
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [t for x in v for t in _tensors_in(x)]
+    if isinstance(v, dict):
+        return [t for x in v.values() for t in _tensors_in(x)]
+    return []
 
 
 def _detach_outputs(out: Any) -> list[Any]:
@@ -329,7 +351,9 @@ class ProblemContext:
         drawn: set[str] = set()
         self.redraw = False
         want_redraw = (self._gen_device is not None) if redraw is None else redraw
+        expect_where = "device" if self._gen_device is not None else "cpu"
         reproducible = want_redraw
+        self._copy_redraws = False  # get_inputs hands out a tensor it keeps: each redraw copies
         for i, s in enumerate(seeds):
             vals, where = draw_inputs(mod, s, self._gen_device)
             drawn.add(where)
@@ -337,18 +361,24 @@ class ProblemContext:
                 rng = _rng_state(device)
                 again, where2 = draw_inputs(mod, s, self._gen_device)
                 _set_rng_state(device, rng)
-                reproducible = where2 == where and _same_values(vals, again)
+                # drawn where asked (a device draw that fell back to the CPU has other values), and again
+                # to the same values
+                reproducible = where == where2 == expect_where and _same_values(vals, again)
+                self._copy_redraws = self._copy_redraws or _shares_tensor(vals, again)
                 del again
             self._sets_cpu.append(vals if where == "cpu" else None if reproducible else _to_host(vals))
             del vals
         self.redraw = reproducible and want_redraw
         if not self.redraw:  # host copies of every set (drawn on a device: copied from a draw again)
+            rng = _rng_state(device)  # the generators stay where the draws above left them
             for i, s in enumerate(seeds):
                 if self._sets_cpu[i] is None:
                     vals, _w = draw_inputs(mod, s, self._gen_device)
                     self._sets_cpu[i] = _to_host(vals)
+            _set_rng_state(device, rng)
         else:
             self._sets_cpu = [None] * len(seeds)
+            self._redraw_where = expect_where
         self.inputs_drawn_on = "device" if drawn == {"device"} else "cpu" if drawn == {"cpu"} else "mixed"
         self.init_enc = encode_value(init, self.inputs_dir, "init_", [0])
         self.state_enc: dict[str, Any] | None = None
@@ -458,10 +488,13 @@ class ProblemContext:
         if self.redraw:
             rng = _rng_state(self.device)
             try:
-                vals, _where = draw_inputs(self.module, self.seeds[i], self._gen_device)
+                vals, where = draw_inputs(self.module, self.seeds[i], self._gen_device)
             finally:
                 _set_rng_state(self.device, rng)
-            return [v.to(self.device) if isinstance(v, torch.Tensor) else v for v in vals]
+            if where != self._redraw_where:  # e.g. the device was out of memory: a CPU draw has other values
+                raise ReferenceError_(f"input set {i} could not be drawn again on {self._redraw_where} (the "
+                                      f"device is short of memory?)")
+            return [v.to(self.device, copy=self._copy_redraws) if isinstance(v, torch.Tensor) else v for v in vals]
         return _fresh_on(self._sets_cpu[i], self.device)
 
     @property
@@ -691,7 +724,8 @@ class DeviceEvaluator:
         self._share_ok: bool | None = None if os.environ.get("KBENCH_DEVSHARE", "1") != "0" else False
         self._share_bufs: list[_devshare.SharedBuffer] = []
         self._share_out: _devshare.SharedBuffer | None = None
-        self._last_shared = False
+        self._share_failures = 0
+        self._share_quarantine: list[_devshare.SharedBuffer] = []
         self.layers: dict[str, bool] = {}
         self.probe_log: list[str] = []
         if sandbox:
@@ -964,16 +998,20 @@ class DeviceEvaluator:
             res = self._run_candidate(job, ctx, jobdir, findings, phase, alternate=alternate, measured=measured)
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
-        if self._last_shared and res.outcome is Outcome.RUNTIME_ERROR and "DevShareError" in (res.error or ""):
-            # the candidate's process could not map the shared buffers: this device shares no more, and
-            # the candidate runs again with files (the harness's failure is not the candidate's)
-            log.warning("%s: shared device buffers failed in the candidate process; using files from now on: %s",
-                        job.problem.key, (res.error or "").strip().splitlines()[-1][:300])
-            self._share_ok = False
+        if res.extra.get("share_failed"):
+            # the candidate's process could not map the shared buffers before any of its code ran (the
+            # trusted side's own record, not text the candidate wrote): the candidate runs again with files,
+            # and after SHARE_MAX_FAILURES such failures this device shares no more
+            self._share_failures += 1
+            log.warning("%s: %s; running it again with files%s", job.problem.key, res.error,
+                        "; sharing switched off" if self._share_failures >= self.SHARE_MAX_FAILURES else "")
+            if self._share_failures >= self.SHARE_MAX_FAILURES:
+                self._share_ok = False
             findings = list(before_run)
             jobdir = Path(tempfile.mkdtemp(prefix="cand_", dir=self.scratch))
             try:
-                res = self._run_candidate(job, ctx, jobdir, findings, phase, alternate=alternate, measured=measured)
+                res = self._run_candidate(job, ctx, jobdir, findings, phase, alternate=alternate, measured=measured,
+                                          files_only=True)
             finally:
                 shutil.rmtree(jobdir, ignore_errors=True)
         # baselines: only needed when the candidate produced a time
@@ -1038,6 +1076,7 @@ class DeviceEvaluator:
         }
 
     SHARE_MAX_FRACTION = 0.35  # of the device's memory: larger input sets go through files
+    SHARE_MAX_FAILURES = 2  # candidate processes that could not map the buffers before sharing stops
 
     def _share_sets(self, ctx: ProblemContext) -> tuple[list[Any], dict[str, Any]] | None:
         """Fresh shared device buffers for one candidate: every input set copied into one buffer each,
@@ -1064,6 +1103,8 @@ class DeviceEvaluator:
                 bufs.append(buf)
                 items: list[Any] = []
                 vals = ctx.set_values(i)
+                if len(vals) != len(ctx.share_places):  # type: ignore[arg-type]
+                    raise _devshare.DevShareError(f"input set {i} has {len(vals)} values, set 0 {len(ctx.share_places)}")
                 for v, place in zip(vals, ctx.share_places):  # type: ignore[arg-type]
                     if place is None:
                         if isinstance(v, torch.Tensor):
@@ -1091,9 +1132,20 @@ class DeviceEvaluator:
                  "outputs": {"handle": out.handle, "nbytes": out.nbytes}}
         return sets, share
 
-    def _free_share(self) -> None:
-        """Free the shared buffers of the last candidate (its process has ended)."""
+    def _free_share(self, h: ChildHandle | None = None) -> None:
+        """Free the shared buffers of the last candidate once nothing can map them: its process group is
+        killed (a child it started in its group goes too) and its exit confirmed. Freeing memory another
+        process still maps is undefined behaviour in CUDA, so buffers of a process whose end is not
+        confirmed are kept aside (leaked, with a warning) instead."""
         bufs, self._share_bufs, self._share_out = self._share_bufs, [], None
+        if not bufs:
+            return
+        if h is not None:
+            h.kill("finished")  # the whole group, whatever close() found
+            if h.wait_exit(10.0) is None:
+                log.warning("candidate process %s did not end: its %d shared buffers stay allocated", h.pid, len(bufs))
+                self._share_quarantine.extend(bufs)
+                return
         for b in bufs:
             b.free()
 
@@ -1135,6 +1187,9 @@ class DeviceEvaluator:
                 outs.append(d["value"])
             else:
                 outs.append(object())  # unsupported output type: compare() reports it
+        if self._share_out is not None:
+            # copied out: the next message's outputs must be written anew, not found there
+            self._share_out.poison()
         return outs
 
     def _shared_output(self, d: dict[str, Any]) -> torch.Tensor:
@@ -1153,25 +1208,31 @@ class DeviceEvaluator:
         if buf is None:
             raise TensorFormatError("an output in a shared buffer, but none was shared")
         if not isinstance(off, int) or isinstance(off, bool) or off < 0 or off % _devshare.ALIGN or \
-                any(x < 0 for x in shape):
+                len(shape) > 64 or any(x < 0 or x >= 1 << 48 for x in shape):
             raise TensorFormatError(f"bad shared output description {d!r}")
         n = torch.empty((), dtype=dtype).element_size()
         for x in shape:
             n *= x
         if off + n > buf.nbytes:
             raise TensorFormatError(f"a shared output of {n} bytes at {off} overruns the buffer ({buf.nbytes} bytes)")
-        return buf.tensor[off:off + n].view(dtype).reshape(shape).clone()
+        try:
+            return buf.tensor[off:off + n].view(dtype).reshape(shape).clone()
+        except Exception as e:  # noqa: BLE001 - a shape torch refuses (too many elements, say)
+            raise TensorFormatError(f"bad shared output description {d!r}: {e}") from None
 
     def _run_candidate(self, job: EvalJob, ctx: ProblemContext, jobdir: Path, findings: list[Finding],
                        phase: dict[str, float], *, alternate: list[str] | None = None,
-                       measured: dict[str, TimingStats] | None = None) -> EvalResult:
+                       measured: dict[str, TimingStats] | None = None, files_only: bool = False) -> EvalResult:
         """Run the candidate's process through build, correctness, profile, timing and rechecks.
 
         ``alternate``: baseline modes to time in this job, interleaved with the candidate's timing in
         ``job.protocol.alternate_rounds`` blocks each; their pooled stats go into ``measured``."""
-        shared = self._share_sets(ctx)
-        self._last_shared = shared is not None
-        childjob = self._child_job(job, ctx, jobdir, shared)
+        try:
+            shared = None if files_only else self._share_sets(ctx)
+            childjob = self._child_job(job, ctx, jobdir, shared)
+        except BaseException:
+            self._free_share()
+            raise
         timing_windows: list[dict[str, Any]] = []
         env_note = {}
         h: ChildHandle | None = None
@@ -1217,6 +1278,14 @@ class DeviceEvaluator:
             mono0 = time.monotonic()
             hello = expect(mono0 + 120, "hello")
             env_note = hello.get("sandbox") or {}
+            if shared and hello.get("share_error"):
+                # the process could not map the buffers before any candidate code ran: the harness's
+                # failure, not the candidate's; evaluate() runs it again with files
+                h.kill("shared buffers not mapped")
+                return self._finish(h, EvalResult(Outcome.RUNTIME_ERROR, compiled=False,
+                                                  error=f"shared device buffers: {str(hello['share_error'])[:500]}",
+                                                  findings=tuple(findings),
+                                                  extra={"share_failed": True, "sandbox": env_note}), jobdir)
             mark("start")  # process start, sandbox, imports
             state = "build"
             built = expect(mono0 + job.build_timeout_s, "built")
@@ -1373,7 +1442,7 @@ class DeviceEvaluator:
             if h is not None:  # a harness error: no candidate process outlives it
                 h.kill("harness error")
                 h.close()
-            self._free_share()
+            self._free_share(h)
             raise
 
     def _check_timed_output(self, ctx: ProblemContext, timed: dict[str, Any], jobdir: Path,
@@ -1416,7 +1485,7 @@ class DeviceEvaluator:
             res = res.with_(extra={**res.extra, "trusted_memory": self._trusted_memory()})
         if h is not None:
             h.close()
-        self._free_share()  # the candidate's process has ended: nothing maps them now
+        self._free_share(h)
         if not res.log:
             n = 6000 if res.outcome in (Outcome.RUNTIME_ERROR, Outcome.COMPILE_ERROR, Outcome.OOM) else 2000
             res = res.with_(log=_log_tail(jobdir, n))

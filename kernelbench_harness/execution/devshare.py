@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 #: offsets inside a shared buffer are multiples of this (every dtype's alignment, and coalesced copies)
 ALIGN = 512
+#: allocations are whole multiples of this (the granule CUDA IPC maps)
+GRANULE = 2 << 20
 _HANDLE_BYTES = 64
 _IPC_LAZY_ENABLE_PEER_ACCESS = 1
 
@@ -111,6 +113,9 @@ def _round_up(n: int, k: int = ALIGN) -> int:
 class SharedBuffer:
     """One device allocation of ``nbytes`` (at least 1) bytes of its own, exportable to a child process.
 
+    The whole allocation (``capacity``: ``nbytes`` rounded up to :data:`GRANULE`) starts filled with 0xFF
+    bytes (:meth:`poison`).
+
     Attributes:
         tensor: a uint8 tensor of ``nbytes`` viewing the allocation (zero-copy; valid until :meth:`free`).
         handle: the IPC handle as 128 hex digits, for the importing process's :func:`open_shared`.
@@ -122,25 +127,39 @@ class SharedBuffer:
     def __init__(self, nbytes: int, device: torch.device) -> None:
         self.nbytes = max(1, int(nbytes))
         self.device = device
+        self._ptr = 0
         _current_context(device)
         lib = _cuda()
         ptr = ctypes.c_uint64()
-        _check(lib.cuMemAlloc_v2(ctypes.byref(ptr), _round_up(self.nbytes)), f"cuMemAlloc of {self.nbytes} bytes")
+        # whole 2 MiB granules: the driver may carve smaller allocations out of one block, and a handle
+        # maps the whole block (CUDA Programming Guide, interprocess communication)
+        self.capacity = _round_up(self.nbytes, GRANULE)
+        _check(lib.cuMemAlloc_v2(ctypes.byref(ptr), self.capacity), f"cuMemAlloc of {self.capacity} bytes")
         self._ptr = ptr.value
         try:
             h = _Handle()
             _check(lib.cuIpcGetMemHandle(ctypes.byref(h), self._ptr), "cuIpcGetMemHandle")
             self.handle = bytes(h)[:_HANDLE_BYTES].hex()
-            self.tensor = _view(self._ptr, self.nbytes, device)
+            self._whole = _view(self._ptr, self.capacity, device)
+            self.tensor = self._whole[:self.nbytes]
+            self.poison()
         except BaseException:
             lib.cuMemFree_v2(self._ptr)
             self._ptr = 0
             raise
 
+    def poison(self) -> None:
+        """Fill the whole allocation with 0xFF bytes (NaN in every floating dtype): what the driver hands
+        out again is not cleared, so without this a buffer could show the candidate this process's old
+        memory (reference outputs among it), or pass it off as the candidate's output."""
+        self._whole.fill_(0xFF)
+        torch.cuda.synchronize(self.device)
+
     def free(self) -> None:
         """Free the allocation (call it once the importing process has ended); the tensor is dropped."""
         if self._ptr:
             self.tensor = None  # type: ignore[assignment]
+            self._whole = None  # type: ignore[assignment]
             torch.cuda.synchronize(self.device)
             _cuda().cuMemFree_v2(self._ptr)
             self._ptr = 0

@@ -191,7 +191,6 @@ class _Job:
         # device memory shared by the trusted side (see .devshare): the input sets' buffers, mapped at
         # first use, and the buffer outputs are copied into (from offset 0 for each message)
         self.share: dict[str, Any] | None = job.get("share") if self.device.type == "cuda" else None
-        self.shared_sets: dict[int, torch.Tensor] = {}
         self.shared_out: torch.Tensor | None = None
         self.out_cursor = 0
 
@@ -278,10 +277,7 @@ class _Job:
     def shared_input(self, desc: dict[str, Any]) -> torch.Tensor:
         """A view of one input tensor in its set's shared buffer (no copy)."""
         i = int(desc["shared"])
-        buf = self.shared_sets.get(i)
-        if buf is None:
-            d = self.share["sets"][i]  # type: ignore[index]
-            buf = self.shared_sets[i] = _devshare.open_shared(d["handle"], int(d["nbytes"]), self.device)
+        buf = _MAPPED[("set", i)]
         dtype = DTYPES[desc["dtype"]]
         off = int(desc["offset"])
         n = torch.empty((), dtype=dtype).element_size()
@@ -295,8 +291,7 @@ class _Job:
         if self.share is None or o.device != self.device or o.dtype not in DTYPES.values():
             return None
         if self.shared_out is None:
-            d = self.share["outputs"]
-            self.shared_out = _devshare.open_shared(d["handle"], int(d["nbytes"]), self.device)
+            self.shared_out = _MAPPED[("out", 0)]
         n = o.numel() * o.element_size()
         off = self.out_cursor
         if off + n > self.shared_out.numel():
@@ -718,8 +713,31 @@ def child_main(sock_fd: int, job: dict[str, Any], sandbox: dict[str, Any] | None
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     os.chdir(job["job_dir"])
-    chan.send({"event": "hello", "pid": os.getpid(), "sandbox": applied})
+    hello: dict[str, Any] = {"event": "hello", "pid": os.getpid(), "sandbox": applied}
+    if job.get("mode") == "eval" and job.get("share"):
+        # mapped before any candidate code runs, so whether it worked is the harness's own report
+        hello["share_error"] = _map_shared(job)
+    chan.send(hello)
     return run_job(chan, job)
+
+
+#: the shared device buffers of this process's job, mapped by child_main: ("set", i) and ("out", 0)
+_MAPPED: dict[tuple[str, int], torch.Tensor] = {}
+
+
+def _map_shared(job: dict[str, Any]) -> str | None:
+    """Map every buffer in ``job["share"]`` (see .devshare); None, or why it failed."""
+    try:
+        dev = torch.device(job["device"])
+        share = job["share"]
+        for i, d in enumerate(share["sets"]):
+            _MAPPED[("set", i)] = _devshare.open_shared(str(d["handle"]), int(d["nbytes"]), dev)
+        d = share["outputs"]
+        _MAPPED[("out", 0)] = _devshare.open_shared(str(d["handle"]), int(d["nbytes"]), dev)
+        return None
+    except Exception as e:  # noqa: BLE001 - reported to the trusted side, which runs the job with files
+        _MAPPED.clear()
+        return f"{type(e).__name__}: {e}"[:500]
 
 
 def _spawn_entry() -> None:

@@ -125,7 +125,13 @@ def test_layout_aligns_every_tensor() -> None:
 def _with_buffer(nbytes: int) -> DeviceEvaluator:
     ev = DeviceEvaluator.__new__(DeviceEvaluator)
     buf = torch.arange(nbytes, dtype=torch.int64).to(torch.uint8)
-    ev._share_out = types.SimpleNamespace(tensor=buf, nbytes=nbytes)  # type: ignore[assignment]
+    ev._share_out = types.SimpleNamespace(tensor=buf, nbytes=nbytes, poisoned=0)  # type: ignore[assignment]
+
+    def poison() -> None:
+        ev._share_out.tensor.fill_(0xFF)
+        ev._share_out.poisoned += 1
+
+    ev._share_out.poison = poison
     return ev
 
 
@@ -146,10 +152,17 @@ def test_shared_output_descriptions_are_checked() -> None:
         {"shared": True, "offset": True, "dtype": "float32", "shape": [2]},
         {"shared": True, "offset": 0, "dtype": "float32"},
         {"shared": True, "offset": 0, "dtype": "float64", "shape": [1 << 40]},
+        {"shared": True, "offset": 0, "dtype": "float32", "shape": [0, 1 << 70]},  # no bytes, an absurd shape
+        {"shared": True, "offset": 0, "dtype": "float32", "shape": [1] * 65},
     ]
     for d in bad:
         with pytest.raises(TensorFormatError):
             ev._shared_output(d)
+    # once a message's outputs are read, the buffer is poisoned: the next message must write its own
+    ev._share_out.tensor[:48].copy_(x.reshape(-1)[:12].view(torch.uint8))
+    got = ev._read_outputs({"descs": [{"shared": True, "offset": 0, "dtype": "float32", "shape": [12]}]}, Path("."))
+    assert torch.equal(got[0], x.reshape(-1)[:12]) and ev._share_out.poisoned == 1
+    assert bool((ev._share_out.tensor == 0xFF).all())
     ev._share_out = None
     with pytest.raises(TensorFormatError, match="none was shared"):
         ev._shared_output({"shared": True, "offset": 0, "dtype": "float32", "shape": [2]})
@@ -166,28 +179,64 @@ def test_a_candidate_process_that_cannot_map_shared_buffers_runs_again_with_file
     from execution.evalkit import AFFINE
     from execution.test_reference_budget import CORRECT
 
+    from kernelbench_harness.core import EvalResult
+
     ev = DeviceEvaluator("cpu", scratch_dir=tmp_path, sandbox=False)
     real = DeviceEvaluator._run_candidate
     calls: list[bool] = []
 
     def run(self, job, ctx, jobdir, findings, phase, **kw):  # noqa: ANN001, ANN003
-        calls.append(self._share_ok is not False)
-        if len(calls) == 1:  # as if the buffers had been shared and the child failed to map them
-            self._last_shared = True
-            findings.append(findings[0] if findings else None)
-            from kernelbench_harness.core import EvalResult
-            return EvalResult(Outcome.RUNTIME_ERROR, error="Traceback ...\nkernelbench_harness.execution.devshare."
-                              "DevShareError: cuIpcOpenMemHandle failed (CUresult 1)")
+        calls.append(kw.get("files_only", False))
+        if not kw.get("files_only"):  # as if the process had said in its hello that mapping failed
+            findings.append(None)
+            return EvalResult(Outcome.RUNTIME_ERROR, error="shared device buffers: DevShareError: x",
+                              extra={"share_failed": True})
         return real(self, job, ctx, jobdir, findings, phase, **kw)
 
     monkeypatch.setattr(DeviceEvaluator, "_run_candidate", run)
     try:
         res = evaluate(ev, CORRECT, AFFINE)
         assert res.outcome is Outcome.CORRECT, describe(res)
-        assert calls == [True, False] and ev._share_ok is False
+        assert calls == [False, True] and ev._share_ok is not False  # one failure does not switch it off
         assert None not in res.findings  # the failed attempt's findings are not kept
+        res = evaluate(ev, CORRECT, AFFINE)
+        assert res.outcome is Outcome.CORRECT and ev._share_ok is False  # the second does
+        # text in a candidate's own error is no such report: a plain runtime error is not run again
+        calls.clear()
+        monkeypatch.setattr(DeviceEvaluator, "_run_candidate", lambda self, *a, **k: (calls.append(1), EvalResult(
+            Outcome.RUNTIME_ERROR, error="RuntimeError: DevShareError: cuIpcOpenMemHandle failed"))[1])
+        res = evaluate(ev, CORRECT, AFFINE)
+        assert res.outcome is Outcome.RUNTIME_ERROR and calls == [1]
     finally:
         ev.close()
+
+
+def test_nested_and_kept_inputs_draw_again_safely(tmp_path: Path) -> None:
+    # nested lists of tensors compare item by item (they used to raise in ==)
+    src = _SRC.replace("def forward(self, x, k):", "def forward(self, x, k, extra):").replace("DROPOUT", "0.0")
+    src = src.replace("return [DRAW, 3]", "return [torch.randn(4, 64), 3, [torch.randn(2), {'a': 1.5}]]")
+    nested = ProblemContext(Problem(1, 932, "Nested_test", src, "t.py"), FAST_KBENCH, 5, CPU, tmp_path / "n",
+                            redraw=True)
+    assert nested.redraw and not nested._copy_redraws
+    assert torch.equal(nested.set_values(2)[2][0], nested.set_values(2)[2][0])
+    # get_inputs handing out a tensor it keeps: each draw is copied, so writing into one changes no other
+    kept_src = _SRC.replace("DROPOUT", "0.0").replace("def get_inputs():", "X = torch.randn(4, 64)\n\n\ndef get_inputs():")
+    kept = ProblemContext(Problem(1, 933, "Kept_test", kept_src.replace("DRAW", "X"), "t.py"), FAST_KBENCH, 5, CPU,
+                          tmp_path / "k", redraw=True)
+    assert kept.redraw and kept._copy_redraws
+    a = kept.set_values(1)
+    a[0].add_(1.0)
+    assert not torch.equal(kept.set_values(1)[0], a[0])
+
+
+def test_a_redraw_that_lands_elsewhere_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kernelbench_harness.execution.device as device_mod
+
+    ctx = ProblemContext(_problem(), FAST_KBENCH, 5, CPU, tmp_path, redraw=True)
+    real = device_mod.draw_inputs
+    monkeypatch.setattr(device_mod, "draw_inputs", lambda mod, seed, dev: (real(mod, seed, dev)[0], "device"))
+    with pytest.raises(device_mod.ReferenceError_, match="could not be drawn again"):
+        ctx.set_values(0)
 
 
 def test_host_bound_callables_are_those_the_host_paced_in_most_trials() -> None:
