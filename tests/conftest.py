@@ -18,3 +18,20 @@ import os  # noqa: E402
 # C++ build; tests that merely build an extension would pay for one they never use.
 # tests/pipeline/test_build_pch.py turns them back on.
 os.environ.setdefault("KBENCH_PCH", "0")
+
+
+def pytest_collection_finish(session) -> None:
+    """Start the background set-ups (tests/early.py) of the fixtures the collected tests use."""
+    if session.config.option.collectonly:
+        return
+    for item in session.items:
+        jobs = getattr(getattr(item, "module", None), "EARLY", None) or {}
+        for name, job in jobs.items():
+            if name in getattr(item, "fixturenames", ()):
+                job.start()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    from early import stop_all
+
+    stop_all()

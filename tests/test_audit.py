@@ -375,7 +375,8 @@ def test_child_processes_contain_crashes_and_hangs_in_size_order() -> None:
     big = _sized(5, "pass", 10_000)
     seen: list[str] = []
     env: dict[str, Any] = {}
-    reports = audit_problems([late, hang, big, crash, first], timeout_s=8.0, order="size", max_elements=5000,
+    # the hang costs the whole time limit; each other problem's audit takes well under 0.5 s
+    reports = audit_problems([late, hang, big, crash, first], timeout_s=3.0, order="size", max_elements=5000,
                              seeds=2, on_report=lambda r: seen.append(r.key), environment=env)
     assert [r.key for r in reports] == ["L1/4", "L1/3", "L1/5", "L1/2", "L1/1"]  # the given order
     assert seen == ["L1/1", "L1/2", "L1/3", "L1/4", "L1/5"]  # audited smallest first

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 import torch
+from early import Early
 
 from kernelbench_harness.adapters.base import GenerationRequest, SampleSpec
 from kernelbench_harness.adapters.bundled import VARIANTS, BundledAdapter, find_bundled_solutions
@@ -223,10 +225,21 @@ def test_bad_options_raise_config_errors() -> None:
 # ---------------------------------------------------------------- numerical checks (child processes)
 
 
-@pytest.fixture(scope="module")
-def checks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Runs check_bundled.py for the Triton (interpreter) and C++ variants concurrently; parsed JSON by variant."""
-    tmp = tmp_path_factory.mktemp("check_bundled")
+def _end(proc: subprocess.Popen[str]) -> None:
+    """Ends a check left running (a session cut short): SIGTERM to its group first, so that ninja ends
+    the compilers it started in groups of their own."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _start_checks(tmp: Path, stoppers: list[Any]) -> Any:
+    """Starts check_bundled.py for the Triton (interpreter) and C++ variants concurrently, in ``tmp``;
+    returns the wait for their parsed JSON by variant."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
     env.update(TRITON_INTERPRET="1", TORCH_EXTENSIONS_DIR=str(tmp / "torch_extensions"),
                PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
@@ -240,15 +253,31 @@ def checks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
         out = tmp / f"{variant}.json"
         cmd = [sys.executable, str(CHECK_SCRIPT), "--device", "cpu", "--variant", variant, "--trials", "3",
                "--rtol", str(RTOL), "--json", str(out)]
-        procs[variant] = (subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, text=True), out)
-    results = {}
-    for variant, (proc, out) in procs.items():
-        log, _ = proc.communicate(timeout=300)
-        assert out.exists(), f"check_bundled.py --variant {variant} wrote nothing:\n{log}"
-        results[variant] = json.loads(out.read_text())
-        results[variant]["log"] = log
-    return results
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        stoppers.append(lambda proc=proc: _end(proc))
+        procs[variant] = (proc, out)
+
+    def wait() -> dict[str, dict[str, Any]]:
+        results = {}
+        for variant, (proc, out) in procs.items():
+            log, _ = proc.communicate(timeout=300)
+            assert out.exists(), f"check_bundled.py --variant {variant} wrote nothing:\n{log}"
+            results[variant] = json.loads(out.read_text())
+            results[variant]["log"] = log
+        return results
+
+    return wait
+
+
+# started when the session is collected (tests/early.py): the C++ build runs beside the tests before these
+EARLY = {"checks": Early(_start_checks)}
+
+
+@pytest.fixture(scope="module")
+def checks() -> dict[str, dict[str, Any]]:
+    """check_bundled.py's results for the Triton (interpreter) and C++ variants; parsed JSON by variant."""
+    return EARLY["checks"].result()
 
 
 def _rows(checks: dict[str, dict[str, Any]], run: str, variant: str) -> dict[str, dict[str, Any]]:
