@@ -73,7 +73,12 @@ _INTROSPECTION_MODULES = {"gc", "inspect", "traceback", "kernelbench_harness", "
 _INTROSPECTION_ATTRS = {"_getframe", "getframe", "f_back", "f_globals", "f_locals", "f_code", "get_objects",
                         "get_referrers", "get_referents", "settrace", "setprofile", "addaudithook",
                         "__subclasses__", "__globals__", "gi_frame", "cr_frame", "tb_frame", "__builtins__",
-                        "__code__", "__closure__", "cell_contents", "currentframe"}
+                        "__code__", "__closure__", "cell_contents", "currentframe", "__traceback__", "tb_next",
+                        "ag_frame", "f_trace"}
+# a computed attribute name whose constant parts begin like these reaches frames or code objects
+_INTROSPECTION_PREFIXES = ("tb_", "f_", "gi_", "cr_", "ag_")
+_DUNDER_PREFIXES = ("__torch_", "__class__", "__dict__", "__closure", "__code", "__globals", "__traceback",
+                    "__subclasses", "__builtins")
 _INTROSPECTION_BUILTINS = {"globals", "__import__", "eval", "exec", "compile", "breakpoint"}
 # getattr / vars / __dict__ with a computed name on these is a lookup hidden from this scan
 _SENSITIVE_OWNERS = {"sys", "builtins", "__builtins__", "time", "os", "gc", "threading", "_thread", "importlib",
@@ -288,7 +293,10 @@ def static_findings(source: str) -> list[Finding]:
                 tgt = canon(n.args[0])
                 a1 = n.args[1] if len(n.args) > 1 else None
                 attr = a1.value if isinstance(a1, ast.Constant) else None
-                if tgt.startswith("torch.backends"):
+                if attr in ("__class__", "__torch_function__", "__torch_dispatch__"):
+                    out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
+                                  f"setattr(..., {attr!r}, ...)", n))
+                elif tgt.startswith("torch.backends"):
                     out.append(_f("static.global-state", Severity.CHEAT, "global-state",
                                   f"setattr on {tgt}.{attr if attr is not None else '<computed>'}", n))
                 elif tgt in _TIMER_OWNERS or str(attr) in _TIMER_NAMES or \
@@ -301,6 +309,21 @@ def static_findings(source: str) -> list[Finding]:
                 if computed and (tgt in _SENSITIVE_OWNERS or tgt.rsplit(".", 1)[-1] in _SENSITIVE_LEAVES):
                     out.append(_f("static.introspection", Severity.CHEAT, "introspection",
                                   f"{raw}() with a computed name on {tgt}", n))
+            if raw in ("getattr", "setattr", "hasattr", "delattr", "builtins.getattr", "builtins.setattr",
+                       "object.__setattr__", "object.__getattribute__") and len(n.args) > 1 and \
+                    not isinstance(n.args[1], ast.Constant):
+                # a name assembled from pieces ("tb_" + "frame"): judged by what the pieces spell
+                folded, pieces = _fold_str(n.args[1])
+                if folded is not None:
+                    hidden = folded if folded in _INTROSPECTION_ATTRS or folded.startswith(_DUNDER_PREFIXES) else None
+                else:  # a piece that begins such a name beyond its bare prefix ("f_lo" + x, "__torch_" + x)
+                    hidden = next((p for p in pieces if p.startswith(_DUNDER_PREFIXES) or any(
+                        a.startswith(p) and len(p) > len(q) for a in _INTROSPECTION_ATTRS
+                        for q in _INTROSPECTION_PREFIXES if p.startswith(q))), None)
+                if hidden is not None:
+                    tag = "non-plain-tensor" if hidden.startswith(("__torch_", "__class__")) else "introspection"
+                    out.append(_f("static.introspection" if tag == "introspection" else "static.tensor-subclass",
+                                  Severity.CHEAT, tag, f"{raw}() with an assembled name {hidden!r}", n))
             if raw == "type" and len(n.args) == 3:
                 bases = ast.unparse(n.args[1]) if hasattr(ast, "unparse") else ""
                 if "Tensor" in bases or not isinstance(n.args[1], ast.Tuple):
@@ -343,6 +366,11 @@ def static_findings(source: str) -> list[Finding]:
                         "__torch_function__", "__torch_dispatch__"):
                     out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
                                   f"class {n.name} defines {item.name}", item))
+                elif isinstance(item, (ast.Assign, ast.AnnAssign)) and any(
+                        isinstance(t, ast.Name) and t.id in ("__torch_function__", "__torch_dispatch__")
+                        for t in (item.targets if isinstance(item, ast.Assign) else [item.target])):
+                    out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
+                                  f"class {n.name} assigns __torch_function__ / __torch_dispatch__", item))
         elif isinstance(n, ast.Attribute):
             owner = canon(n.value)
             if n.attr in _INTROSPECTION_ATTRS or (n.attr == "modules" and (owner == "sys" or id(n) not in called)) or \
@@ -374,11 +402,38 @@ def static_findings(source: str) -> list[Finding]:
     return _dedupe(out)
 
 
+def _fold_str(node: ast.AST) -> tuple[str | None, list[str]]:
+    """The string an expression spells when it is made of string constants only (``+``, f-strings without
+    fields, ``"".join([...])``), else None; and every string constant in it."""
+    pieces = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+
+    def fold(x: ast.AST) -> str | None:
+        if isinstance(x, ast.Constant) and isinstance(x.value, str):
+            return x.value
+        if isinstance(x, ast.BinOp) and isinstance(x.op, ast.Add):
+            a, b = fold(x.left), fold(x.right)
+            return a + b if a is not None and b is not None else None
+        if isinstance(x, ast.JoinedStr):
+            parts = [fold(v) for v in x.values]
+            return "".join(parts) if all(p is not None for p in parts) else None  # type: ignore[arg-type]
+        if isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute) and x.func.attr == "join" and \
+                isinstance(x.func.value, ast.Constant) and isinstance(x.func.value.value, str) and len(x.args) == 1 \
+                and isinstance(x.args[0], (ast.List, ast.Tuple)):
+            parts = [fold(v) for v in x.args[0].elts]
+            return x.func.value.value.join(parts) if all(p is not None for p in parts) else None  # type: ignore[arg-type]
+        return None
+
+    return fold(node), pieces
+
+
 def _check_store(name: str, node: ast.AST, out: list[Finding]) -> None:
-    """Assignment to ``name`` (canonical): switches, timers, library functions."""
+    """Assignment to ``name`` (canonical): switches, timers, library functions, an object's class."""
     if not name or "." not in name:
         return
     owner, attr = name.rsplit(".", 1)
+    if attr == "__class__":  # an object turned into another class (a tensor into a lazy subclass, say)
+        out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor", f"assigns {name}", node))
+        return
     if name.startswith("torch.backends") or attr in _GLOBAL_FLAG_ATTRS:
         out.append(_f("static.global-state", Severity.CHEAT, "global-state", f"assigns {name}", node))
     elif attr in _TIMER_NAMES and (owner in _TIMER_OWNERS or owner.startswith(("torch", "time", "numpy", "triton"))):

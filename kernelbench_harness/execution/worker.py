@@ -144,6 +144,12 @@ class _Forbid:
             self.saved.clear()
 
 
+# the job's channel, kept apart from the job object (whose attributes candidate code could reach), and
+# the send function as imported
+_CHANNEL: list[Channel | None] = [None]
+_CHANNEL_SEND = Channel.send
+
+
 def _flatten(x: Any) -> list[Any]:
     if _isinstance(x, (list, tuple)):
         out: list[Any] = []
@@ -163,6 +169,7 @@ def _classify_exception(e: BaseException) -> str:
 class _Job:
     def __init__(self, chan: Channel, job: dict[str, Any]) -> None:
         self.chan = chan
+        _CHANNEL[0] = chan
         self.job = job
         self.dir = Path(job["job_dir"])
         self.inputs_dir = Path(job["inputs_dir"])
@@ -196,10 +203,16 @@ class _Job:
 
     # -- helpers -----------------------------------------------------------------------------
     def send(self, obj: dict[str, Any]) -> None:
+        chan = _CHANNEL[0]
+        if self.chan is not chan or _type(chan).send is not _CHANNEL_SEND:
+            # the candidate swapped the channel (or its send) to rewrite what reaches the trusted side
+            self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+                                          "the harness's channel to the trusted side was replaced"))
+            self.chan = chan
         if self.findings:
             obj.setdefault("findings", []).extend(self.findings)
             self.findings = []
-        self.chan.send(obj)
+        chan.send(obj)  # type: ignore[union-attr]
 
     def check_integrity(self, where: str) -> None:
         """Timers, comparison functions, launch hooks and global flags unchanged; no new threads."""
@@ -557,6 +570,7 @@ class _Job:
         nograd = bool(self.protocol.get("candidate_no_grad", True))
 
         timed: dict[str, Any] = {}
+        odd: list[str] = []  # outputs of timed calls that are not plain tensors (a lazy subclass, say)
 
         def fn(i: int) -> Any:
             j = (first + i) % k
@@ -565,6 +579,13 @@ class _Job:
                     out = model(*sets[j])
             else:
                 out = model(*sets[j])
+            # each timed call's output must be a plain tensor (or plain containers of them): a subclass
+            # could compute on first use, after the timed region (a type check costs nanoseconds)
+            if _type(out) is not _Tensor and not odd:
+                for o in _flatten(out):
+                    if _isinstance(o, torch.Tensor) and _type(o) is not _Tensor:
+                        odd.append(_type(o).__name__)
+                        break
             timed["out"], timed["set"] = out, j  # the last call is a timed one: judged afterwards
             return out
 
@@ -590,6 +611,9 @@ class _Job:
                     self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
                                                   f"forward wrote into input {n} during timing (set {j})"))
         self.timing_buffers = sets
+        if odd:
+            self.findings.append(_finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
+                                          f"a timed call returned a {odd[0]}, not a plain torch.Tensor"))
         self.check_integrity("after timing")
         msg: dict[str, Any] = {"event": "timing", "stats": stats.to_dict(), "info": info}
         if "out" in timed:
