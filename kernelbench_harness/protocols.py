@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -355,12 +356,50 @@ _RANGE: dict[str, tuple[float, float | None]] = {
 }
 
 
-def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any) -> Protocol:
-    """The named protocol at ``precision``, with optional field ``overrides``.
+def _tolerances(value: Any, base: dict[str, Tolerance]) -> dict[str, Tolerance]:
+    """``-P tolerances=...``: a mapping (or JSON text) precision -> ``[atol, rtol]`` over ``base``.
 
     Raises:
-        ConfigError: unknown protocol name, precision or field.
+        ConfigError: not such a mapping, an unknown precision, or a tolerance that is negative or not finite.
     """
+    example = "-P 'tolerances={\"fp32\": [1e-3, 1e-3]}'"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, dict) or not value:
+        raise ConfigError("tolerances must map a precision to [atol, rtol]", fix=f"pass e.g. {example}")
+    out = dict(base)
+    for prec, tol in value.items():
+        if prec not in PRECISIONS:
+            raise ConfigError(f"tolerances for unknown precision {prec!r}", fix=f"use {', '.join(PRECISIONS)}")
+        if isinstance(tol, Tolerance):
+            tol = [tol.atol, tol.rtol]
+        if not (isinstance(tol, (list, tuple)) and len(tol) == 2 and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in tol)):
+            raise ConfigError(f"tolerances[{prec!r}] must be [atol, rtol], two finite numbers >= 0, not {tol!r}",
+                              fix=f"pass e.g. {example}")
+        out[prec] = Tolerance(float(tol[0]), float(tol[1]))
+    return out
+
+
+def get_protocol(name: str = "kbench", precision: str = "fp32", /, **overrides: Any) -> Protocol:
+    """The named protocol at ``precision``, with optional field ``overrides``.
+
+    ``tolerances`` may be given as a mapping (or its JSON text) from precision to ``[atol, rtol]``; the
+    precisions it names replace the protocol's, the others stay.
+
+    Raises:
+        ConfigError: unknown protocol name, precision or field; ``name`` or ``precision`` among the
+            overrides (they are chosen with ``--protocol`` and ``--precision``); a value of the wrong type,
+            outside its choices or range, or not finite.
+    """
+    for key, flag in (("name", "--protocol"), ("precision", "--precision")):
+        if key in overrides:
+            raise ConfigError(f"{key} is not a setting to change with -P", fix=f"choose it with {flag}")
+    if "tolerances" in overrides:
+        overrides["tolerances"] = _tolerances(overrides["tolerances"], _BASE[name].tolerances if name in _BASE else {})
     if name not in _BASE:
         raise ConfigError(f"unknown protocol {name!r}", fix=f"use one of: {', '.join(PROTOCOL_NAMES)}")
     if precision not in PRECISIONS:
@@ -370,10 +409,6 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
     if bad:
         raise ConfigError(f"unknown protocol setting(s): {', '.join(sorted(bad))}",
                           fix="see `kbench protocols show` for the settings")
-    if "tolerances" in overrides and not (isinstance(overrides["tolerances"], dict) and all(
-            isinstance(v, Tolerance) for v in overrides["tolerances"].values())):
-        raise ConfigError("tolerances cannot be given as a single value",
-                          fix="pick a protocol and a --precision for its tolerances (see `kbench protocols show`)")
     for key, value in overrides.items():  # the type of the protocol's own value, and a value the harness knows
         have = getattr(_BASE[name], key)
         if key in ("tolerances", "baseline_modes", "round_sig", "tf32") or value is None and have is None:
@@ -385,6 +420,9 @@ def get_protocol(name: str = "kbench", precision: str = "fp32", **overrides: Any
         if not ok:
             raise ConfigError(f"protocol setting {key} must be {want.__name__}, not {value!r}",
                               fix=f"pass e.g. -P {key}={str(have).lower() if want is bool else have}")
+        if want is float and not math.isfinite(value):
+            raise ConfigError(f"protocol setting {key} must be a finite number, not {value!r}",
+                              fix=f"pass e.g. -P {key}={have}")
         if key in _CHOICES and value not in _CHOICES[key]:
             raise ConfigError(f"protocol setting {key} must be one of {', '.join(map(str, _CHOICES[key]))}, "
                               f"not {value!r}", fix=f"pass e.g. -P {key}={_CHOICES[key][0]}")

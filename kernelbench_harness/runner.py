@@ -665,8 +665,16 @@ async def measure_baselines_for(problems: list[Problem], *, protocol: Protocol, 
             info: dict[str, Any] = {}
             got: dict[str, TimingStats] = {}
             if missing:
-                got, info, _ = await executor.measure_baselines(p, protocol, seed, missing)
-                b.put(p, got, info)
+                try:
+                    got, info, _ = await executor.measure_baselines(p, protocol, seed, missing)
+                except RuntimeError as e:  # the slot's worker died (killed for memory, say): this problem's
+                    # row says so and the others go on; the slot restarts for the next problem
+                    why = str(e).strip() or type(e).__name__
+                    if why.endswith(":"):
+                        why += " no message (killed from outside, e.g. for memory: exit code -9 is SIGKILL)"
+                    info = {m: {"error": why} for m in missing}
+                else:
+                    b.put(p, got, info)
             for m in modes:
                 st = known.get(m) or got.get(m)
                 rows.append({"level": p.level, "problem_id": p.problem_id, "name": p.name, "mode": m,

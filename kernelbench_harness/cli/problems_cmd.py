@@ -191,35 +191,43 @@ def protocols_group() -> None:
 @protocols_group.command("show")
 @click.argument("name", required=False, type=click.Choice(PROTOCOL_NAMES))
 @click.option("--precision", default="fp32", type=click.Choice(["fp32", "fp16", "bf16"]))
-@click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON (what runs store).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: {name, fingerprint, settings} (a list of them when NAME is omitted).")
 def show_cmd(name: str | None, precision: str, as_json: bool) -> None:
-    """Print every setting of a protocol (all three when NAME is omitted), with what it means.
+    """Print every setting of a protocol with what it means (all three side by side when NAME is omitted).
 
     Any setting can be changed for one run with `-P KEY=VALUE` on `kbench run` and `kbench baseline`.
     """
+    import re
+
     from rich.console import Console
     from rich.table import Table
 
     from ..protocols import setting_descriptions
 
-    about = setting_descriptions()
+    names = [name] if name else list(PROTOCOL_NAMES)
+    protos = {n: get_protocol(n, precision) for n in names}
+    if as_json:
+        docs = [{"name": n, "fingerprint": p.fingerprint(), "settings": p.to_dict()} for n, p in protos.items()]
+        click.echo(json.dumps(docs[0] if name else docs, indent=2))
+        return
+    about = {k: re.sub(r":\w+:`~?([^`]+)`", r"\1", v).replace("``", "`") for k, v in setting_descriptions().items()}
     console = Console()
-    for n in [name] if name else PROTOCOL_NAMES:
-        p = get_protocol(n, precision)
-        if as_json:
-            click.echo(f"# {n} (fingerprint {p.fingerprint()})")
-            click.echo(json.dumps(p.to_dict(), indent=2))
-            continue
-        table = Table(title=f"{n} (fingerprint {p.fingerprint()})", title_justify="left", show_lines=False)
-        table.add_column("setting", no_wrap=True)
-        table.add_column("value", overflow="fold")
-        table.add_column("meaning")
-        for key, value in p.to_dict().items():
-            table.add_row(key, json.dumps(value), about.get(key, "").replace("``", "`"))
-        console.print(table)
-    if not as_json:
-        console.print("Change one setting for a run with -P KEY=VALUE (e.g. -P placements=2); --json prints "
-                      "the stored form.")
+    title = ", ".join(f"{n} (fingerprint {p.fingerprint()})" for n, p in protos.items())
+    table = Table(title=f"{title}, {precision}", title_justify="left")
+    table.add_column("setting", no_wrap=True)
+    for n in names:
+        table.add_column(n if not name else "value", overflow="fold", max_width=None if name else 22)
+    table.add_column("meaning")
+    dicts = {n: p.to_dict() for n, p in protos.items()}
+    for key in dicts[names[0]]:
+        values = [json.dumps(dicts[n][key]) for n in names]
+        if not name and len(set(values)) > 1:
+            values = [f"[bold]{v}[/]" for v in values]
+        table.add_row(key, *values, about.get(key, ""))
+    console.print(table)
+    console.print("Change one setting for a run with -P KEY=VALUE (e.g. -P placements=2); --json prints the "
+                  "stored form.")
 
 
 def register(group: click.Group) -> None:

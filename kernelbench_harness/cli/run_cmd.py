@@ -347,7 +347,7 @@ def baseline_cmd(problems: str | None, level: str | None, ids: str | None, proto
     for r in rows:
         t.add_row(str(r["level"]), str(r["problem_id"]), r["name"], r["mode"],
                   "-" if r["value_ms"] is None else f"{r['value_ms']:.4g}", "yes" if r["cached"] else "",
-                  (r["error"] or "")[:60])
+                  (r["error"] or "")[:300])
     print_full(console, t)
 
 

@@ -126,7 +126,9 @@ def test_protocol_options_are_checked_before_anything_is_stored(tmp_path):
     assert isinstance(res.exception, ConfigError) and "given twice" in str(res.exception)
     # values, not only types: a negative time, an unknown timer, a tolerance as one value
     for bad, says in (("hide_launch_max_ms=-1", "at least 0.05"), ("timer=bogus", "one of cuda_events"),
-                      ("trials=0", "at least 1"), ("tolerances=x", "single value")):
+                      ("trials=0", "at least 1"), ("tolerances=x", "map a precision to [atol, rtol]"),
+                      ("fp64_multiple=inf", "finite"), ("fp64_multiple=nan", "finite"),
+                      ("precision=fp16", "not a setting to change"), ("name=kernelbench", "not a setting to change")):
         res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", bad)
         assert isinstance(res.exception, ConfigError) and says in str(res.exception), (bad, res.output)
     assert not (tmp_path / "k.db").exists()
@@ -183,5 +185,42 @@ def test_protocols_show_explains_every_setting():
     assert "-P KEY=VALUE" in res.output
     res = CliRunner().invoke(cli, ["protocols", "show", "kbench", "--json"])
     assert res.exit_code == 0
-    body = res.output.split("\n", 1)[1]
-    assert json.loads(body) == get_protocol("kbench").to_dict()
+    doc = json.loads(res.output)  # nothing but JSON
+    assert doc["settings"] == get_protocol("kbench").to_dict() and doc["fingerprint"] == get_protocol("kbench").fingerprint()
+    res = CliRunner().invoke(cli, ["protocols", "show", "--json"])
+    assert [d["name"] for d in json.loads(res.output)] == ["kbench", "kernelbench", "cuda-agent"]
+    res = CliRunner().invoke(cli, ["protocols", "show"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and ":mod:" not in res.output and "cuda-agent" in res.output
+
+
+def test_tolerances_can_be_changed_per_precision_with_json():
+    from kernelbench_harness.protocols import Tolerance, get_protocol
+
+    p = get_protocol("kbench", "fp32", tolerances='{"fp32": [1e-3, 2e-3]}')
+    assert p.tolerances["fp32"] == Tolerance(1e-3, 2e-3)
+    assert p.tolerances["fp16"] == get_protocol("kbench").tolerances["fp16"]  # the others stay
+    assert p.fingerprint() != get_protocol("kbench").fingerprint()
+    for bad in ('{"fp8": [1, 1]}', '{"fp32": [-1, 1]}', '{"fp32": [1]}', "[]", '{"fp32": [NaN, 1]}'):
+        with pytest.raises(ConfigError):
+            get_protocol("kbench", "fp32", tolerances=bad)
+
+
+def test_baseline_command_reports_a_dead_worker_in_its_row_and_goes_on(tmp_path, monkeypatch):
+    from kernelbench_harness.core import TimingStats
+    from kernelbench_harness.executors.local import LocalExecutor
+
+    async def measure(self, problem, protocol, run_seed, modes):
+        if problem.problem_id == 1:  # as when the OS kills the slot's worker for memory
+            raise RuntimeError("baseline measurement failed on cpu: device worker died (exit code -9):")
+        st = TimingStats(2.0, 2.0, 0.0, 2.0, 2.0, 2.0, 2.0, 3, (2.0, 2.0, 2.0), "wall", "median")
+        return {m: st for m in modes}, {}, {}
+
+    monkeypatch.setattr(LocalExecutor, "measure_baselines", measure)
+    db = f"sqlite:///{tmp_path / 'b.db'}"
+    res = CliRunner().invoke(cli, ["baseline", "--level", "1", "--ids", "1,2", "--db", db], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in res.output.splitlines() if ln.startswith("│")]
+    by_id = {(r[1], r[3]): r for r in rows}
+    for mode in ("eager", "compile:default"):
+        assert by_id[("1", mode)][4] == "-" and "killed from outside" in by_id[("1", mode)][6], res.output
+        assert by_id[("2", mode)][4] == "2" and by_id[("2", mode)][6] == "", res.output  # the next problem goes on
