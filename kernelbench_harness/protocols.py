@@ -42,7 +42,7 @@ PROTOCOL_NAMES = ("kbench", "kernelbench", "cuda-agent")
 # protocol that lacks them did; left out of the fingerprints while they hold that value (so older
 # stores keep their keys)
 _ADDED_LATER: dict[str, Any] = {"warmup_ms": 0.0, "min_time_s": 0.0, "input_device": "cpu", "placements": 1,
-                                "hide_launch": False, "hide_launch_max_ms": 0.5}
+                                "hide_launch": False, "hide_launch_max_ms": 0.5, "ablate_kernels": False}
 _ADDED_LATER_TIMING = ("warmup_ms", "min_time_s", "placements", "hide_launch", "hide_launch_max_ms")  # the ones that change a baseline's time
 
 
@@ -138,6 +138,12 @@ class Protocol:
         compile_mode: the torch.compile mode behind the headline ``speedup_compile``.
         recheck_after_timing: re-check outputs on fresh inputs, in the same buffers, after timing.
         both_orders: run reference-then-candidate and candidate-then-reference orders.
+        ablate_kernels: after the correctness trials, call the candidate once more with every Triton
+            launch skipped, on values no call has seen, and judge that output on the trusted side: still
+            correct means its kernels do not contribute (a launch on a scratch buffer beside a PyTorch
+            computation; ``cheat(kernel-not-executed)``, EXPLOITS K-20 in substance). Candidates that call a
+            compiled extension are not ablated (those calls cannot be skipped). Off in ``kernelbench``
+            and ``cuda-agent``, whose procedures have no such check.
 
         allow_torch_ops: PyTorch ops beside custom kernels (KernelBench allows partial replacement).
         allow_vendor_libs: cuBLAS/cuDNN calls from the candidate's own code.
@@ -190,6 +196,7 @@ class Protocol:
     compile_mode: str = "default"
     recheck_after_timing: bool = True
     both_orders: bool = True
+    ablate_kernels: bool = True
     # policy
     allow_torch_ops: bool = True
     allow_vendor_libs: bool = True
@@ -303,6 +310,7 @@ _BASE: dict[str, Protocol] = {
         reference_no_grad=True,
         recheck_after_timing=False,
         both_orders=False,
+        ablate_kernels=False,
         allow_lower_precision=True,
     ),
     "cuda-agent": Protocol(
@@ -334,6 +342,7 @@ _BASE: dict[str, Protocol] = {
         candidate_no_grad=True,
         recheck_after_timing=False,
         both_orders=False,
+        ablate_kernels=False,
         allow_lower_precision=True,
     ),
 }

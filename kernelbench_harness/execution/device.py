@@ -1316,6 +1316,9 @@ class DeviceEvaluator:
                 h.chan.send({"cmd": "next"} if i + 1 < ctx.n_correct else {"cmd": "continue"})
             static_cheat = any(f.severity is Severity.CHEAT for f in findings)
             mark("correctness")  # candidate calls and trusted-side comparisons
+            if ok and not static_cheat and job.protocol.ablate_kernels:
+                self._ablate(h, ctx, jobdir, findings, expect, run_deadline)
+                mark("ablation")
             if ok and self.device.type == "cuda":
                 h.chan.send({"cmd": "profile", "set": 0})
                 profile = expect(run_deadline, "profile").get("profile") or {}
@@ -1444,6 +1447,33 @@ class DeviceEvaluator:
                 h.close()
             self._free_share(h)
             raise
+
+    ABLATION_ROUND = (1 << 20) + 7  # a refresh round for the kernel-ablation call (see timing.refresh_values)
+
+    def _ablate(self, h: ChildHandle, ctx: ProblemContext, jobdir: Path, findings: list[Finding],
+                expect: Callable[..., dict[str, Any]], deadline: float) -> None:
+        """The kernel-ablation check (protocol ``ablate_kernels``): the candidate's output with every Triton
+        launch skipped, on input set 0 refreshed for :data:`ABLATION_ROUND`, judged against the reference
+        on the same values; correct means the kernels do not contribute (``cheat(kernel-not-executed)``).
+
+        Raises:
+            TensorFormatError: a malformed output description (a protocol violation, as elsewhere).
+        """
+        h.chan.send({"cmd": "ablate", "set": 0, "round": self.ABLATION_ROUND})
+        msg = expect(deadline, "ablation")
+        if msg.get("skipped") or not msg.get("descs"):
+            return
+        outs = self._read_outputs(msg, jobdir)
+        try:
+            cmp = ctx.compare_on(0, self.ABLATION_ROUND, outs)
+        except ReferenceError_ as e:  # the trusted side could not judge it: no finding either way
+            log.warning("%s: kernel-ablation check skipped: %s", ctx.problem.key, e)
+            return
+        if cmp.ok:
+            findings.append(Finding(
+                "runtime.kernel-ablation", Severity.CHEAT, "kernel-not-executed",
+                f"with all {int(msg.get('launches_skipped') or 0)} Triton launch(es) of a call skipped, the output "
+                "is still correct on values no call had seen: the custom kernels do not contribute to it"))
 
     def _check_timed_output(self, ctx: ProblemContext, timed: dict[str, Any], jobdir: Path,
                             findings: list[Finding]) -> None:

@@ -64,6 +64,8 @@ class _LaunchCounter:
         self.triton = 0
         self.names: dict[str, int] = {}
         self.originals: dict[str, Any] = {}
+        self.suppress = False  # skip launches (the kernel-ablation call), counting them in ``suppressed``
+        self.suppressed = 0
 
     def install(self) -> None:
         try:
@@ -83,6 +85,9 @@ class _LaunchCounter:
             counter = self
 
             def run(self_: Any, *args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
+                if counter.suppress and not kwargs.get("warmup", False):
+                    counter.suppressed += 1
+                    return None
                 out = _orig(self_, *args, **kwargs)  # a launch that raised ran nothing: not counted
                 if not kwargs.get("warmup", False):
                     counter.triton += 1
@@ -466,6 +471,47 @@ class _Job:
                    "seconds": round(dt, 4)})
         return True
 
+    def ablate(self, idx: int, round_: int) -> None:
+        """The kernel-ablation call (protocol ``ablate_kernels``): a copy of the model, called once with every
+        Triton launch skipped and uninitialised tensors filled with NaN, on input set ``idx`` refreshed for
+        round ``round_`` (values no call has seen); its output goes to the trusted side, which judges it.
+        A copy, so that what the skipped call leaves in the model's own state (a cache) is thrown away.
+        Sends ``{"event": "ablation", "descs": [...]}``, or ``"skipped"`` with the reason."""
+        msg: dict[str, Any] = {"event": "ablation", "set": idx, "round": round_}
+        base = self.load_set(idx)
+        if self.launches.triton == 0:
+            msg["skipped"] = "no Triton launch in the correctness calls"
+        elif sum(self.record.calls.values()) > 0:
+            msg["skipped"] = "calls a compiled extension (its calls cannot be skipped)"
+        elif not any(_isinstance(x, torch.Tensor) and x.is_floating_point() for x in base):
+            msg["skipped"] = "no floating input to give new values"
+        if "skipped" in msg:
+            self.send(msg)
+            return
+        fresh = [_timing.refresh_values(x, round_) if _isinstance(x, torch.Tensor) and x.is_floating_point()
+                 else x.clone() if _isinstance(x, torch.Tensor) else x for x in base]
+        self.launches.suppress, self.launches.suppressed = True, 0
+        try:
+            import copy
+
+            model = copy.deepcopy(self.model)
+            with torch.no_grad(), _PoisonEmpty(), _Forbid(bool(self.protocol.get("forbid_functional"))):
+                out = model(*fresh)
+            self.sync()
+        except Exception as e:  # noqa: BLE001 - it needed its kernels (or could not be copied): nothing to judge
+            msg["skipped"] = f"the call failed: {type(e).__name__}"
+            out = None
+        finally:
+            self.launches.suppress = False
+        if out is not None and self.launches.suppressed == 0:
+            msg["skipped"] = "no Triton launch was skipped"
+        if "skipped" not in msg:
+            self.out_cursor = 0
+            msg["launches_skipped"] = self.launches.suppressed
+            msg["descs"] = [self.describe_output(o, f"out_ablation_{n}.bin") for n, o in enumerate(_flatten(out))]
+        self.check_integrity("after the kernel-ablation call")
+        self.send(msg)
+
     def describe_output(self, o: Any, file_name: str) -> dict[str, Any]:
         """One output for the trusted side: a tensor written to ``outputs/file_name`` (as a plain,
         detached tensor), a number or None as its value, anything else as unsupported."""
@@ -642,6 +688,23 @@ class _Job:
             self.run_trial(idx, where="recheck")
 
 
+class _PoisonEmpty(torch.overrides.TorchFunctionMode):
+    """Uninitialised tensors (``torch.empty`` and kin) come filled: NaN (floating), True (bool), 0x5A
+    (integers). Used for the kernel-ablation call, where an output a skipped kernel should have written
+    must not pass for one it did write (fresh pages are zeros, which is some kernels' answer)."""
+
+    _EMPTY = (torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty)
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func in self._EMPTY and _isinstance(out, torch.Tensor):
+            if out.is_floating_point() or out.is_complex():
+                out.fill_(float("nan"))
+            else:
+                out.fill_(True if out.dtype == torch.bool else 0x5A)
+        return out
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal values (NaN equal to NaN) and shape."""
     if a.shape != b.shape:
@@ -687,6 +750,8 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
                 j.time_it(cmd.get("timer"))
             elif c == "recheck":
                 j.recheck(int(cmd["set"]), bool(cmd.get("inplace", False)))
+            elif c == "ablate":
+                j.ablate(int(cmd["set"]), int(cmd["round"]))
             elif c == "finish":
                 j.check_integrity("at the end")
                 j.send({"event": "done", "phase_s": j.phase_s, "build": j.record.to_dict(),
