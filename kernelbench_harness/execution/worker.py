@@ -66,6 +66,7 @@ class _LaunchCounter:
         self.originals: dict[str, Any] = {}
         self.suppress = False  # skip launches (the kernel-ablation call), counting them in ``suppressed``
         self.suppressed = 0
+        self.returned: dict[int, Any] = {}  # id of a kernel -> what its last real launch returned
 
     def install(self) -> None:
         try:
@@ -87,8 +88,11 @@ class _LaunchCounter:
             def run(self_: Any, *args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
                 if counter.suppress and not kwargs.get("warmup", False):
                     counter.suppressed += 1
-                    return None
+                    # what the last real launch of this kernel returned, so that the return value does not
+                    # tell a skipped launch from a real one
+                    return counter.returned.get(id(self_))
                 out = _orig(self_, *args, **kwargs)  # a launch that raised ran nothing: not counted
+                counter.returned[id(self_)] = out
                 if not kwargs.get("warmup", False):
                     counter.triton += 1
                     name = getattr(getattr(self_, "fn", None), "__name__", None) or getattr(self_, "__name__", "?")
