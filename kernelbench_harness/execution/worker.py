@@ -481,6 +481,14 @@ class _Job:
         round ``round_`` (values no call has seen); its output goes to the trusted side, which judges it.
         A copy, so that what the skipped call leaves in the model's own state (a cache) is thrown away.
         Sends ``{"event": "ablation", "descs": [...]}``, or ``"skipped"`` with the reason."""
+        try:
+            msg = self._ablation(idx, round_)
+        except Exception as e:  # noqa: BLE001 - the harness's extra call failed (memory, say): no judgement
+            msg = {"event": "ablation", "set": idx, "round": round_, "skipped": f"failed: {type(e).__name__}"}
+        self.check_integrity("after the kernel-ablation call")
+        self.send(msg)
+
+    def _ablation(self, idx: int, round_: int) -> dict[str, Any]:
         msg: dict[str, Any] = {"event": "ablation", "set": idx, "round": round_}
         base = self.load_set(idx)
         if self.launches.triton == 0:
@@ -490,8 +498,7 @@ class _Job:
         elif not any(_isinstance(x, torch.Tensor) and x.is_floating_point() for x in base):
             msg["skipped"] = "no floating input to give new values"
         if "skipped" in msg:
-            self.send(msg)
-            return
+            return msg
         fresh = [_timing.refresh_values(x, round_) if _isinstance(x, torch.Tensor) and x.is_floating_point()
                  else x.clone() if _isinstance(x, torch.Tensor) else x for x in base]
         self.launches.suppress, self.launches.suppressed = True, 0
@@ -513,8 +520,7 @@ class _Job:
             self.out_cursor = 0
             msg["launches_skipped"] = self.launches.suppressed
             msg["descs"] = [self.describe_output(o, f"out_ablation_{n}.bin") for n, o in enumerate(_flatten(out))]
-        self.check_integrity("after the kernel-ablation call")
-        self.send(msg)
+        return msg
 
     def describe_output(self, o: Any, file_name: str) -> dict[str, Any]:
         """One output for the trusted side: a tensor written to ``outputs/file_name`` (as a plain,
