@@ -7,6 +7,7 @@ message as untrusted input: oversize lines and non-JSON raise :class:`ChannelErr
 from __future__ import annotations
 
 import json
+import json.encoder
 import select
 import socket
 import time
@@ -29,6 +30,50 @@ class ChannelClosed(ChannelError):
     """The peer closed the connection (exited or crashed)."""
 
 
+# What a message is written with, taken when this module is imported (in a candidate process, before any
+# candidate code): the C string encoder and the socket's own sendall. ``json.dumps`` looks its encoder class
+# and helpers up when called, so a candidate that patched ``json.JSONEncoder.encode`` could rewrite every
+# message (the timing message's times among them); these references cannot be reached that way.
+_ENCODE_STR = json.encoder.encode_basestring_ascii
+_FLOAT_REPR = float.__repr__
+_INT_REPR = int.__repr__
+_SENDALL = socket.socket.sendall
+_isinstance, _type, _str, _len = isinstance, type, str, len
+
+
+def dumps(obj: Any) -> str:
+    """``obj`` as compact JSON (dicts, lists, tuples, strings, numbers, booleans, None; anything else as
+    its ``str``), written without ``json.dumps``: see the module's note. NaN and infinities are written
+    as ``json`` writes them (``NaN``, ``Infinity``), which :func:`json.loads` reads back."""
+    t = _type(obj)
+    if obj is None:
+        return "null"
+    if t is bool:
+        return "true" if obj else "false"
+    if t is str:
+        return _ENCODE_STR(obj)
+    if t is int:
+        return _INT_REPR(obj)
+    if t is float:
+        if obj != obj:
+            return "NaN"
+        if obj in (float("inf"), float("-inf")):
+            return "Infinity" if obj > 0 else "-Infinity"
+        return _FLOAT_REPR(obj)
+    if t is dict:
+        return "{" + ",".join(_ENCODE_STR(k if _type(k) is str else _str(k)) + ":" + dumps(v)
+                              for k, v in obj.items()) + "}"
+    if t is list or t is tuple:
+        return "[" + ",".join(dumps(v) for v in obj) + "]"
+    if _isinstance(obj, bool):
+        return "true" if obj else "false"
+    if _isinstance(obj, int):
+        return _INT_REPR(obj)
+    if _isinstance(obj, float):  # a subclass (numpy.float64): as the float it is
+        return dumps(float(obj))
+    return _ENCODE_STR(_str(obj))
+
+
 class Channel:
     """JSON-lines messaging over a connected stream socket."""
 
@@ -37,8 +82,7 @@ class Channel:
         self._buf = bytearray()
 
     def send(self, obj: dict[str, Any]) -> None:
-        data = json.dumps(obj, separators=(",", ":"), default=str).encode() + b"\n"
-        self.sock.sendall(data)
+        _SENDALL(self.sock, (dumps(obj) + "\n").encode("ascii"))
 
     def recv(self, timeout_s: float | None = None) -> dict[str, Any]:
         """Next message. Raises ChannelTimeout, ChannelClosed or ChannelError."""

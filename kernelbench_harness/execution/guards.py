@@ -326,7 +326,7 @@ def static_findings(source: str) -> list[Finding]:
                                   Severity.CHEAT, tag, f"{raw}() with an assembled name {hidden!r}", n))
             if raw == "type" and len(n.args) == 3:
                 bases = ast.unparse(n.args[1]) if hasattr(ast, "unparse") else ""
-                if "Tensor" in bases or not isinstance(n.args[1], ast.Tuple):
+                if "Tensor" in bases or "Mode" in bases or not isinstance(n.args[1], ast.Tuple):
                     out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
                                   f"creates a class with type() from {bases[:60]}", n))
             if last in ("_make_subclass", "_make_wrapper_subclass", "as_subclass"):
@@ -361,6 +361,10 @@ def static_findings(source: str) -> list[Finding]:
                         bn == "TensorBase":
                     out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
                                   f"class {n.name} subclasses {bn}", n))
+            for b in n.bases:
+                if canon(b).rsplit(".", 1)[-1] in ("TorchFunctionMode", "TorchDispatchMode"):
+                    out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
+                                  f"class {n.name} is a torch {canon(b).rsplit('.', 1)[-1]}", n))
             for item in n.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in (
                         "__torch_function__", "__torch_dispatch__"):
@@ -371,6 +375,10 @@ def static_findings(source: str) -> list[Finding]:
                         for t in (item.targets if isinstance(item, ast.Assign) else [item.target])):
                     out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
                                   f"class {n.name} assigns __torch_function__ / __torch_dispatch__", item))
+        elif isinstance(n, ast.Constant) and n.value in ("__torch_function__", "__torch_dispatch__"):
+            # the name as a string (a class made with type(), a setattr): only a tensor subclass or a mode uses it
+            out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor",
+                          f"names {n.value} in a string", n))
         elif isinstance(n, ast.Attribute):
             owner = canon(n.value)
             if n.attr in _INTROSPECTION_ATTRS or (n.attr == "modules" and (owner == "sys" or id(n) not in called)) or \

@@ -156,7 +156,15 @@ class _Forbid:
 # the job's channel, kept apart from the job object (whose attributes candidate code could reach), and
 # the send function as imported
 _CHANNEL: list[Channel | None] = [None]
+_CHANNEL_SOCK: list[Any] = [None]
 _CHANNEL_SEND = Channel.send
+_function_depth = torch._C._len_torch_function_stack
+_dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+
+
+def _mode_depths() -> tuple[int, int]:
+    """How many torch function modes and dispatch modes are active."""
+    return _function_depth(), _dispatch_depth()
 
 
 def _flatten(x: Any) -> list[Any]:
@@ -179,6 +187,10 @@ class _Job:
     def __init__(self, chan: Channel, job: dict[str, Any]) -> None:
         self.chan = chan
         _CHANNEL[0] = chan
+        _CHANNEL_SOCK[0] = chan.sock
+        # torch function / dispatch modes active before any candidate code: one the candidate enters can
+        # see and change every tensor operation, the harness's own reads of outputs included
+        self.modes0 = _mode_depths()
         self.job = job
         self.dir = Path(job["job_dir"])
         self.inputs_dir = Path(job["inputs_dir"])
@@ -213,11 +225,12 @@ class _Job:
     # -- helpers -----------------------------------------------------------------------------
     def send(self, obj: dict[str, Any]) -> None:
         chan = _CHANNEL[0]
-        if self.chan is not chan or _type(chan).send is not _CHANNEL_SEND:
+        if self.chan is not chan or _type(chan).send is not _CHANNEL_SEND or chan.sock is not _CHANNEL_SOCK[0]:
             # the candidate swapped the channel (or its send) to rewrite what reaches the trusted side
             self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
                                           "the harness's channel to the trusted side was replaced"))
             self.chan = chan
+            chan.sock = _CHANNEL_SOCK[0]
         if self.findings:
             obj.setdefault("findings", []).extend(self.findings)
             self.findings = []
@@ -246,6 +259,11 @@ class _Job:
             self.tampered.update(changed)
             self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
                                           f"replaced ({where}): " + ", ".join(changed[:12]), replaced=changed[:50]))
+        if _mode_depths() != self.modes0 and not getattr(self, "_modes_reported", False):
+            self._modes_reported = True
+            self.findings.append(_finding("runtime.torch-mode", "cheat", "non-plain-tensor",
+                                          f"a torch function or dispatch mode is active ({where}): it sees and "
+                                          "can change every tensor operation, the harness's reads of outputs too"))
         if _gettrace() is not None or _getprofile() is not None or \
                 getattr(threading, "_trace_hook", None) is not None or \
                 getattr(threading, "_profile_hook", None) is not None:
@@ -626,6 +644,7 @@ class _Job:
         nograd = bool(self.protocol.get("candidate_no_grad", True))
 
         timed: dict[str, Any] = {}
+        modes_in_timing = self.modes0
         odd: list[str] = []  # outputs of timed calls that are not plain tensors (a lazy subclass, say)
 
         def fn(i: int) -> Any:
@@ -637,6 +656,8 @@ class _Job:
                 out = model(*sets[j])
             # each timed call's output must be a plain tensor (or plain containers of them): a subclass
             # could compute on first use, after the timed region (a type check costs nanoseconds)
+            if not odd and _mode_depths() != modes_in_timing:
+                odd.append("value under an active torch function or dispatch mode")
             if _type(out) is not _Tensor and not odd:
                 for o in _flatten(out):
                     if _isinstance(o, torch.Tensor) and _type(o) is not _Tensor:

@@ -251,3 +251,26 @@ def test_host_bound_callables_are_those_the_host_paced_in_most_trials() -> None:
     # timing info without launch hiding (a CPU, kernelbench's protocol) or malformed: not host-bound
     assert host_bound_callables({"stopped": "ci"}, {"eager": {"launch_hidden_trials": "260",
                                                              "launch_host_bound": 199}}) == []
+
+
+def test_a_patched_json_encoder_does_not_reach_the_channel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate that patches json.JSONEncoder (which json.dumps builds on) cannot rewrite messages:
+    the channel writes them with its own encoder, taken at import."""
+    import json
+    import socket
+
+    from kernelbench_harness.execution.channel import Channel
+
+    a, b = socket.socketpair()
+    try:
+        plain = json.JSONEncoder.encode
+        monkeypatch.setattr(json.JSONEncoder, "encode", lambda self, o: plain(self, {"event": "forged"}))
+        monkeypatch.setattr(socket.socket, "sendall", lambda self, data: None)  # nor its socket's sendall
+        msg = {"event": "timing", "stats": {"median_ms": 2.5, "samples_ms": [2.5, float("nan")]}, "n": None}
+        Channel(a).send(msg)
+        got = Channel(b).recv(timeout_s=5)
+        assert got["event"] == "timing" and got["stats"]["median_ms"] == 2.5 and got["n"] is None
+        assert got["stats"]["samples_ms"][1] != got["stats"]["samples_ms"][1]  # NaN travels as NaN
+    finally:
+        a.close()
+        b.close()
