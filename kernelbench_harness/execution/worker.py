@@ -720,8 +720,8 @@ class _Job:
 
 
 class _PoisonEmpty(torch.overrides.TorchFunctionMode):
-    """Uninitialised tensors (``torch.empty`` and kin) come filled: NaN (floating), True (bool), 0x5A
-    (integers). Used for the kernel-ablation call, where an output a skipped kernel should have written
+    """Uninitialised tensors (``torch.empty`` and kin) come filled: NaN (floating), zero (integers and
+    booleans, so that indices stay in range and a skipped kernel cannot cause a device-side assert). Used for the kernel-ablation call, where an output a skipped kernel should have written
     must not pass for one it did write (fresh pages are zeros, which is some kernels' answer)."""
 
     _EMPTY = (torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty)
@@ -731,8 +731,8 @@ class _PoisonEmpty(torch.overrides.TorchFunctionMode):
         if func in self._EMPTY and _isinstance(out, torch.Tensor):
             if out.is_floating_point() or out.is_complex():
                 out.fill_(float("nan"))
-            else:
-                out.fill_(True if out.dtype == torch.bool else 0x5A)
+            else:  # zero: an index a skipped kernel should have written stays in range (no device assert)
+                out.fill_(0)
         return out
 
 
