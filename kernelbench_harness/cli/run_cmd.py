@@ -292,6 +292,13 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
 
         get_adapter(cfg.model, options=cfg.model_options)  # unknown model, missing replay file, bad -O value
     console = Console(stderr=False)
+    gpu_only = sorted(k for k in overrides if k in ("placements", "hide_launch", "hide_launch_max_ms"))
+    if gpu_only:
+        import torch
+
+        if not torch.cuda.is_available():
+            console.print(f"[yellow]note:[/] -P {', '.join(gpu_only)} change(s) only the GPU timer: this CPU run "
+                          "times with the wall clock all the same, yet keeps its own protocol fingerprint")
     plain = display == "plain" or (display == "auto" and not sys.stdout.isatty())
     prog: Any = PlainProgress() if plain else RichProgress(console)
     explicit = frozenset(given_on_command_line(click.get_current_context()))

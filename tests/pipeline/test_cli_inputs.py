@@ -143,6 +143,7 @@ def test_a_protocol_option_is_stored_with_the_run_under_its_own_fingerprint(tmp_
     res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "--run-name", "p4", "-P", "placements=2")
     assert res.exit_code == 0, res.output
     assert "run p4 (kbench (placements=2), fp32)" in res.output  # the end-of-run table names the change
+    assert "only the GPU timer" in " ".join(res.output.split())  # and a CPU run says it changes nothing here
     con = sqlite3.connect(tmp_path / "k.db")
     proto, fp = con.execute("select protocol, protocol_fingerprint from runs where run_name='p4'").fetchone()
     assert json.loads(proto)["placements"] == 2
