@@ -38,7 +38,7 @@ _ENCODE_STR = json.encoder.encode_basestring_ascii
 _FLOAT_REPR = float.__repr__
 _INT_REPR = int.__repr__
 _SENDALL = socket.socket.sendall
-_isinstance, _type, _str, _len = isinstance, type, str, len
+_isinstance, _type, _str = isinstance, type, str
 
 
 def dumps(obj: Any) -> str:

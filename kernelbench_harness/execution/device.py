@@ -38,7 +38,7 @@ from .guards import apply_tf32, cheat_findings, static_findings
 from .process import ChildHandle, Launcher
 from .sandbox import clean_environment, site_write_dirs
 from .scratch import HostDeviceLock, claim_scratch, device_lock_key, release_fd
-from .tensorio import DTYPES, TensorFormatError, encode_value, read_tensor, tensor_name, write_tensor
+from .tensorio import DTYPES, TensorFormatError, encode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
 
 __all__ = ["EvalJob", "DeviceEvaluator", "ProblemContext", "ReferenceError_"]
@@ -354,9 +354,16 @@ class ProblemContext:
         expect_where = "device" if self._gen_device is not None else "cpu"
         reproducible = want_redraw
         self._copy_redraws = False  # get_inputs hands out a tensor it keeps: each redraw copies
+        # where each value of a set goes in a shared device buffer (see DeviceEvaluator._share_sets), from
+        # set 0's first draw; None where a set holds nested values (those sets go through files)
+        self.share_places: list[dict[str, Any] | None] | None = None
+        self.share_set_nbytes = 0
         for i, s in enumerate(seeds):
             vals, where = draw_inputs(mod, s, self._gen_device)
             drawn.add(where)
+            if i == 0 and all(isinstance(v, torch.Tensor) or v is None or isinstance(v, (bool, int, float, str))
+                              for v in vals):
+                self.share_places, self.share_set_nbytes = _devshare.layout(vals)
             if reproducible:
                 rng = _rng_state(device)
                 again, where2 = draw_inputs(mod, s, self._gen_device)
@@ -387,14 +394,6 @@ class ProblemContext:
                               for i, (k, v) in enumerate(self.cpu_state.items())}
         for f in self.inputs_dir.iterdir():
             os.chmod(f, 0o444)
-        # set 0 as drawn, for its sizes (shared-buffer layouts, the output estimate below)
-        set0 = self.set_values(0)
-        self.share_places: list[dict[str, Any] | None] | None = None
-        self.share_set_nbytes = 0
-        if all(isinstance(v, torch.Tensor) or v is None or isinstance(v, (bool, int, float, str)) for v in set0):
-            self.share_places, self.share_set_nbytes = _devshare.layout(set0)
-        self.set_nbytes = sum(v.numel() * v.element_size() for v in set0 if isinstance(v, torch.Tensor))
-        del set0
         # reference outputs at the run's precision (and float64 for the fp64-bound judge): set 0's first;
         # then, unless storing every set's would cost more device memory than the budget allows, the
         # other sets'; then set 0's again: a second evaluation that differs (a random reference, or one
@@ -1091,7 +1090,7 @@ class DeviceEvaluator:
             self._share_ok = _devshare.available(self.device)
             if not self._share_ok:
                 return None
-        out_nbytes = _devshare._round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
+        out_nbytes = _devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
         total = ctx.n_sets * ctx.share_set_nbytes + out_nbytes
         if total > self.SHARE_MAX_FRACTION * torch.cuda.get_device_properties(self.device).total_memory:
             return None
@@ -1210,9 +1209,7 @@ class DeviceEvaluator:
         if not isinstance(off, int) or isinstance(off, bool) or off < 0 or off % _devshare.ALIGN or \
                 len(shape) > 64 or any(x < 0 or x >= 1 << 48 for x in shape):
             raise TensorFormatError(f"bad shared output description {d!r}")
-        n = torch.empty((), dtype=dtype).element_size()
-        for x in shape:
-            n *= x
+        n = nbytes_of(dtype, shape)
         if off + n > buf.nbytes:
             raise TensorFormatError(f"a shared output of {n} bytes at {off} overruns the buffer ({buf.nbytes} bytes)")
         try:

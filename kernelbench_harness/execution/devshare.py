@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["SharedBuffer", "open_shared", "available", "ALIGN", "DevShareError"]
+__all__ = ["SharedBuffer", "open_shared", "available", "layout", "round_up", "ALIGN", "GRANULE", "DevShareError"]
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,8 @@ def _view(ptr: int, nbytes: int, device: torch.device) -> torch.Tensor:
     return t
 
 
-def _round_up(n: int, k: int = ALIGN) -> int:
+def round_up(n: int, k: int = ALIGN) -> int:
+    """``n`` rounded up to a multiple of ``k``."""
     return (n + k - 1) // k * k
 
 
@@ -133,7 +134,7 @@ class SharedBuffer:
         ptr = ctypes.c_uint64()
         # whole 2 MiB granules: the driver may carve smaller allocations out of one block, and a handle
         # maps the whole block (CUDA Programming Guide, interprocess communication)
-        self.capacity = _round_up(self.nbytes, GRANULE)
+        self.capacity = round_up(self.nbytes, GRANULE)
         _check(lib.cuMemAlloc_v2(ctypes.byref(ptr), self.capacity), f"cuMemAlloc of {self.capacity} bytes")
         self._ptr = ptr.value
         try:
@@ -171,18 +172,6 @@ class SharedBuffer:
             pass
 
 
-class _Mapped:
-    """A mapping opened with :func:`open_shared` (kept alive by the tensors viewing it)."""
-
-    def __init__(self, ptr: int) -> None:
-        self.ptr = ptr
-
-    def close(self) -> None:
-        if self.ptr:
-            _cuda().cuIpcCloseMemHandle(self.ptr)
-            self.ptr = 0
-
-
 def open_shared(handle: str, nbytes: int, device: torch.device) -> torch.Tensor:
     """Map a buffer another process exported (``SharedBuffer.handle``) and view its first ``nbytes``.
 
@@ -215,11 +204,8 @@ def open_shared(handle: str, nbytes: int, device: torch.device) -> torch.Tensor:
     if base.value != ptr.value or size.value < nbytes:
         lib.cuIpcCloseMemHandle(ptr.value)
         raise DevShareError(f"the shared allocation holds {size.value} bytes, {nbytes} expected")
-    _OPEN.append(_Mapped(ptr.value))
     return _view(ptr.value, nbytes, device)
 
-
-_OPEN: list[_Mapped] = []
 
 
 def available(device: torch.device) -> bool:
@@ -248,7 +234,7 @@ def layout(values: list[Any]) -> tuple[list[dict[str, Any] | None], int]:
         if isinstance(v, torch.Tensor):
             n = v.numel() * v.element_size()
             places.append({"offset": off, "nbytes": n})
-            off = _round_up(off + n)
+            off = round_up(off + n)
         else:
             places.append(None)
     return places, max(off, ALIGN)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["DTYPES", "tensor_name", "write_tensor", "read_tensor", "encode_value", "decode_value", "TensorFormatError"]
+__all__ = ["DTYPES", "nbytes_of", "tensor_name", "write_tensor", "read_tensor", "encode_value", "decode_value", "TensorFormatError"]
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -30,6 +30,14 @@ DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool, "complex64": torch.complex64,
 }
 _NAMES = {v: k for k, v in DTYPES.items()}
+
+
+def nbytes_of(dtype: torch.dtype, shape: list[int]) -> int:
+    """Bytes of a contiguous tensor of ``dtype`` and ``shape`` (Python integers: no overflow)."""
+    n = torch.empty((), dtype=dtype).element_size()
+    for s in shape:
+        n *= s
+    return n
 
 
 def tensor_name(dtype: torch.dtype) -> str:
@@ -54,13 +62,12 @@ def write_tensor(t: torch.Tensor, path: Path) -> dict[str, Any]:
     Raises:
         TensorFormatError: for a dtype outside :data:`DTYPES`.
     """
-    if t.dtype not in _NAMES:
-        raise TensorFormatError(f"unsupported dtype {t.dtype}")
+    name = tensor_name(t.dtype)
     t = t.detach()
     if t.device.type == "cuda" and t.is_contiguous() and t.numel() * t.element_size() >= STAGE_MIN_BYTES:
         with _STAGE_LOCK:
             _write_staged(t, path, _staging())
-        return {"file": path.name, "dtype": _NAMES[t.dtype], "shape": list(t.shape)}
+        return {"file": path.name, "dtype": name, "shape": list(t.shape)}
     c = t.to("cpu").contiguous()
     if c.dtype == torch.bfloat16:
         arr = c.view(torch.int16).numpy()
@@ -68,7 +75,7 @@ def write_tensor(t: torch.Tensor, path: Path) -> dict[str, Any]:
         arr = c.numpy()
     with open(path, "wb") as f:
         f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
-    return {"file": path.name, "dtype": _NAMES[c.dtype], "shape": list(c.shape)}
+    return {"file": path.name, "dtype": name, "shape": list(c.shape)}
 
 
 def read_tensor(desc: dict[str, Any], folder: Path, *, max_bytes: int = 1 << 40,
@@ -94,11 +101,8 @@ def read_tensor(desc: dict[str, Any], folder: Path, *, max_bytes: int = 1 << 40,
     if any(s < 0 for s in shape) or "/" in name or name.startswith("."):
         raise TensorFormatError(f"bad tensor description {desc!r}")
     path = folder / name
-    numel = 1
-    for s in shape:
-        numel *= s
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    nbytes = numel * itemsize
+    nbytes = nbytes_of(dtype, shape)
+    numel = nbytes // torch.empty((), dtype=dtype).element_size()
     if nbytes > max_bytes:
         raise TensorFormatError(f"tensor of {nbytes} bytes exceeds the limit {max_bytes}")
     try:

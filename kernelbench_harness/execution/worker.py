@@ -20,6 +20,7 @@ Conversation with the trusted side (JSON lines, see :mod:`.channel`)::
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import sys
@@ -37,7 +38,7 @@ from .build import BuildRecord, CandidateBuildError, install_build_hooks, with_n
 from .channel import Channel
 from .guards import ProtectedSnapshot, ThreadWatch, run_watching_precision, snapshot_global_flags
 from . import devshare as _devshare
-from .tensorio import DTYPES, decode_value, read_tensor, tensor_name, write_tensor
+from .tensorio import DTYPES, decode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 
 __all__ = ["child_main", "run_job"]
 
@@ -320,10 +321,9 @@ class _Job:
         buf = _MAPPED[("set", i)]
         dtype = DTYPES[desc["dtype"]]
         off = int(desc["offset"])
-        n = torch.empty((), dtype=dtype).element_size()
-        for x in desc["shape"]:
-            n *= int(x)
-        return buf[off:off + n].view(dtype).reshape([int(x) for x in desc["shape"]])
+        shape = [int(x) for x in desc["shape"]]
+        n = nbytes_of(dtype, shape)
+        return buf[off:off + n].view(dtype).reshape(shape)
 
     def shared_output(self, o: torch.Tensor) -> dict[str, Any] | None:
         """Copy ``o`` (a plain tensor on the device) into the shared output buffer after the message's
@@ -338,7 +338,7 @@ class _Job:
             return None
         self.shared_out[off:off + n].copy_(o.contiguous().reshape(-1).view(torch.uint8))
         self.sync()
-        self.out_cursor = _devshare._round_up(off + n)
+        self.out_cursor = _devshare.round_up(off + n)
         return {"shared": True, "offset": off, "dtype": tensor_name(o.dtype), "shape": list(o.shape)}
 
     def sync(self) -> None:
@@ -521,8 +521,6 @@ class _Job:
                  else x.clone() if _isinstance(x, torch.Tensor) else x for x in base]
         self.launches.suppress, self.launches.suppressed = True, 0
         try:
-            import copy
-
             model = copy.deepcopy(self.model)
             with torch.no_grad(), _PoisonEmpty(), _Forbid(bool(self.protocol.get("forbid_functional"))):
                 out = model(*fresh)

@@ -21,6 +21,7 @@ import torch
 
 import kernelbench_harness.execution.device as device_mod
 from execution.evalkit import FAST_KBENCH, describe, evaluate
+from execution.test_reference_budget import CORRECT
 from kernelbench_harness.core import Outcome, Problem
 from kernelbench_harness.execution import tensorio
 from kernelbench_harness.execution import timing as _timing
@@ -62,32 +63,7 @@ COUNTED = Problem(1, 921, "Counted_test", _COUNTED.replace("FORWARD", "x * self.
 IN_PLACE = Problem(1, 922, "InPlace_test", _COUNTED.replace("FORWARD", "x.mul_(self.alpha) + 1.0"),
                    "tests/execution/test_lazy_reference_cost.py")
 
-_TRITON_AFFINE = '''\
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def affine_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, x * alpha + 1.0, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self, alpha):
-        super().__init__()
-        self.alpha = alpha
-
-    def forward(self, x):
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        affine_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), self.alpha, BLOCK=1024)
-        return out
-'''
+_TRITON_AFFINE = CORRECT  # y = alpha * x + 1 through one Triton kernel
 
 
 def _calls(ctx: ProblemContext) -> dict[str, int]:
