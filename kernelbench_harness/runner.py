@@ -263,11 +263,18 @@ def _check_environment() -> None:
     slot, a bad value would fail every candidate and be stored as their runtime errors.
 
     Raises:
-        ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer.
+        ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer, or ``KBENCH_DEVSHARE`` is
+            not 0 or 1.
     """
     import torch
 
+    from .execution import devshare
     from .execution.device import ProblemContext
+
+    try:
+        devshare.enabled()
+    except ValueError as e:
+        raise ConfigError(str(e), fix=f"set {devshare.ENV}=0 to pass inputs through files, or unset it") from None
 
     try:
         ProblemContext.reference_budget_bytes(torch.device("cpu"))  # reads and checks the variable
@@ -650,6 +657,7 @@ async def measure_baselines_for(problems: list[Problem], *, protocol: Protocol, 
     from .store import Store
 
     prog: Progress = progress or _NullProgress()
+    _check_environment()  # before the store file is made
     store = Store(db)
     # nothing else runs beside `kbench baseline`, and torch.compile runs inside the slots: no pinning
     executor = _make_executor(RunConfig(gpus=gpus, timing_cpus=0), extension_cache_dir(RunConfig(gpus=gpus)))

@@ -720,7 +720,7 @@ class DeviceEvaluator:
         self._fingerprint: dict[str, Any] | None = None
         # device memory shared with candidate processes (CUDA IPC, see .devshare): tried at the first
         # candidate; KBENCH_DEVSHARE=0 keeps the file exchange
-        self._share_ok: bool | None = None if os.environ.get("KBENCH_DEVSHARE", "1") != "0" else False
+        self._share_ok: bool | None = None if _devshare.enabled() else False
         self._share_bufs: list[_devshare.SharedBuffer] = []
         self._share_out: _devshare.SharedBuffer | None = None
         self._share_failures = 0

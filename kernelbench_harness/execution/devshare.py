@@ -208,6 +208,26 @@ def open_shared(handle: str, nbytes: int, device: torch.device) -> torch.Tensor:
 
 
 
+ENV = "KBENCH_DEVSHARE"
+
+
+def enabled() -> bool:
+    """Whether ``KBENCH_DEVSHARE`` lets candidates share device memory (unset, ``1``, ``true``, ``on``,
+    ``yes``: yes; ``0``, ``false``, ``off``, ``no``: files).
+
+    Raises:
+        ValueError: any other value.
+    """
+    import os
+
+    raw = os.environ.get(ENV, "").strip().lower()
+    if raw in ("", "1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"{ENV}={raw!r}: expected 0 or 1")
+
+
 def available(device: torch.device) -> bool:
     """Whether this process can allocate and export a shared buffer on ``device`` (CUDA only)."""
     if device.type != "cuda":

@@ -111,6 +111,19 @@ def test_a_bad_reference_budget_is_refused_before_anything_is_stored(tmp_path, m
     assert not (tmp_path / "k.db").exists()
 
 
+def test_a_bad_devshare_switch_is_refused_before_anything_is_stored(tmp_path, monkeypatch):
+    monkeypatch.setenv("KBENCH_DEVSHARE", "maybe")
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1")
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
+    assert "KBENCH_DEVSHARE='maybe'" in str(res.exception) and "KBENCH_DEVSHARE=0" in res.exception.fix
+    assert not (tmp_path / "k.db").exists()
+    for off in ("0", "off", "False"):
+        monkeypatch.setenv("KBENCH_DEVSHARE", off)
+        from kernelbench_harness.execution import devshare
+
+        assert devshare.enabled() is False
+
+
 def test_protocol_options_are_checked_before_anything_is_stored(tmp_path):
     res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", "no_such_setting=1")
     assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
