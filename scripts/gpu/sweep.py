@@ -109,6 +109,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall-clock budget for both runs together")
     ap.add_argument("--phase", choices=["cold", "cached", "both"], default="both")
     ap.add_argument("--db", type=Path, default=REPO / "results" / "sweep.db")
+    ap.add_argument("--tag", default="", help="run names sweep-<phase>-<tag> (a cold run split by level)")
     a = ap.parse_args()
     lo, _, hi = a.levels.partition("-")
     levels = list(range(int(lo), int(hi or lo) + 1))
@@ -122,20 +123,21 @@ def main() -> int:
     phases = ["cold", "cached"] if a.phase == "both" else [a.phase]
     try:
         for ph in phases:
+            run = f"sweep-{ph}-{a.tag}" if a.tag else f"sweep-{ph}"
             left = a.budget_s - (time.monotonic() - t_start)
             if left < 30:
                 break
             cmd = [sys.executable, "-m", "kernelbench_harness", "run", "--model", f"replay:{cands}",
-                   "--problems", str(a.problems), "--level", a.levels, "--run-name", f"sweep-{ph}",
+                   "--problems", str(a.problems), "--level", a.levels, "--run-name", run,
                    "--db", str(a.db), "--display", "plain", "--no-report"]
             if a.ids:
                 cmd += ["--ids", a.ids]
             elif a.limit:
                 cmd += ["--ids", f"1-{a.limit}"]
-            if has_run(a.db, f"sweep-{ph}"):
+            if has_run(a.db, run):
                 cmd.append("--resume")  # cut by an earlier call's budget: continue where it stopped
             t0 = time.monotonic()
-            with open(a.out / f"sweep_{ph}.log", "w") as log:
+            with open(a.out / f"{run}.log", "w") as log:
                 p = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
                 try:
                     rc = p.wait(timeout=left)
