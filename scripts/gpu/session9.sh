@@ -4,7 +4,7 @@
 #   check     scripts/gpu/devshare_check.py (shared buffers after stop 16's review)
 #   exploits  scripts/gpu/exploits.py (the GPU exploit suite with stop 16's checks)
 #   hostload  scripts/gpu/host_load.py (do host-bound timings follow the load on the other CPUs?)
-#   sweep     scripts/gpu/sweep.py --levels $SWEEP_LEVELS --phase $SWEEP_PHASE --tag $SWEEP_TAG
+#   sweep     (the time left of $T_TOTAL, default 560 s) scripts/gpu/sweep.py --levels $SWEEP_LEVELS --phase $SWEEP_PHASE --tag $SWEEP_TAG
 set -u -o pipefail
 OUT=${OUT:-/tmp/kbench-out}
 mkdir -p "$OUT" results
@@ -24,9 +24,10 @@ for phase in ${PHASES//,/ }; do
     exploits) timeout ${T_EXPLOITS:-200} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" >> "$OUT/session.log" 2>&1 ;;
     hostload) timeout ${T_HOSTLOAD:-150} python3 scripts/gpu/host_load.py --problems .data/kernelsseum-v0/problems \
         --out "$OUT/host_load.json" --ids ${HOSTLOAD_IDS:-3,4,5} --procs ${HOSTLOAD_PROCS:-3} >> "$OUT/session.log" 2>&1 ;;
-    sweep) timeout $(( ${T_SWEEP:-300} + 60 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
+    sweep) T_SWEEP=${T_SWEEP:-$(( ${T_TOTAL:-560} - SECONDS - 45 ))}
+      timeout $(( T_SWEEP + 60 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
         --db results/sweep.db --levels ${SWEEP_LEVELS:-1-3} --phase ${SWEEP_PHASE:-cold} ${SWEEP_TAG:+--tag $SWEEP_TAG} \
-        ${SWEEP_IDS:+--ids $SWEEP_IDS} --budget-s ${T_SWEEP:-300} >> "$OUT/session.log" 2>&1 ;;
+        ${SWEEP_IDS:+--ids $SWEEP_IDS} --budget-s $T_SWEEP >> "$OUT/session.log" 2>&1 ;;
     *) echo "unknown phase $phase" >> "$OUT/session.log" ;;
   esac
   echo "$phase: rc=$? $((SECONDS - t0))s" >> "$OUT/session.log"
