@@ -10,10 +10,13 @@ the device slots time: each problem's timing starts as soon as its own compile i
 pool still compiles the others.
 
 So that no timing window shares the GPU with that work, each stretch of it (moving the model and
-inputs to the device; each mode's compile, first call and synchronize) holds the device's
-:class:`.scratch.HostDeviceLock` **shared**, while timing windows hold it exclusively: warm-ups may
-overlap each other, never a timing window, and the lock is released between modes so that a waiting
-timing window gets in (the lock's turnstile keeps new warm-up stretches behind it). Each problem's
+inputs to the device; each run of a compiled graph, with the Triton autotuning its first run does;
+Inductor's own benchmarks while compiling) holds the device's :class:`.scratch.HostDeviceLock`
+**shared**, while timing windows hold it exclusively: warm-ups may overlap each other, never a timing
+window. Tracing and code generation, the seconds to minutes of host work in a compile, hold nothing
+(see :func:`_compile_gated`): holding the lock through them kept timing windows waiting behind seven
+compiles at once (H200, session 9: 4 level-2/3 problems in 354 s). A waiting timing window gets in at
+the next release (the lock's turnstile keeps new warm-up stretches behind it). Each problem's
 result records the seconds it waited for the lock (``_lock_wait_s``) and the wall-clock epochs of
 its GPU stretches (``_gpu_windows``), to check against the timing windows' ``start``/``end``. CPU runs
 take no lock and record neither. The CPU work of compiling is not kept apart from timing: it is
@@ -65,6 +68,7 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
     lock: HostDeviceLock | None = None
     waits: list[float] = []
     windows: list[list[float]] = []
+    depth = [0]
 
     def _lock_info() -> dict[str, Any]:
         if not gpu:
@@ -74,20 +78,24 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
     @contextlib.contextmanager
     def on_gpu() -> Iterator[None]:
         """One stretch of GPU work: the device's lock held shared, its wall-clock window recorded."""
-        if lock is None:
+        if lock is None or depth[0]:  # nested (a benchmark inside a compiled graph's run): held already
             yield
             return
-        with lock.hold(shared=True) as waited:
-            waits.append(waited)
-            start = time.time()
-            try:
-                yield
-            finally:
-                try:  # nothing of ours left running on the GPU once a timing window may start
-                    torch.cuda.synchronize()
-                except Exception:
-                    pass
-                windows.append([round(start, 6), round(time.time(), 6)])
+        depth[0] += 1
+        try:
+            with lock.hold(shared=True) as waited:
+                waits.append(waited)
+                start = time.time()
+                try:
+                    yield
+                finally:
+                    try:  # nothing of ours left running on the GPU once a timing window may start
+                        torch.cuda.synchronize()
+                    except Exception:
+                        pass
+                    windows.append([round(start, 6), round(time.time(), 6)])
+        finally:
+            depth[0] -= 1
 
     mod = types.ModuleType("kb_warm")
     try:
@@ -105,17 +113,26 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
                     (a.to(device) if isinstance(a, torch.Tensor) else a) for a in mod.get_inputs()]
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"[:500], **_lock_info()}
+    gated = gpu and lock is not None
+    if gated:
+        _gate_benchmarks(torch, on_gpu)
     for m in modes:
         try:
             torch._dynamo.reset()
-            with on_gpu():  # released between modes: a waiting timing window gets in between
-                t0 = time.perf_counter()  # the compile's own time, not the wait for the lock
-                cm = torch.compile(model, mode=m)
+            waited0 = sum(waits)
+            t0 = time.perf_counter()
+            cm = _compile_gated(torch, model, m, on_gpu) if gated else None
+            if cm is None:  # no lock to take, or this torch has no inductor wrapper to extend
+                with on_gpu():  # the whole compile in one stretch, released between modes
+                    cm = torch.compile(model, mode=m)
+                    with (torch.no_grad() if no_grad else torch.enable_grad()):
+                        cm(*args)
+                    if gpu:
+                        torch.cuda.synchronize()
+            else:
                 with (torch.no_grad() if no_grad else torch.enable_grad()):
-                    cm(*args)
-                if gpu:
-                    torch.cuda.synchronize()
-            out[m] = round(time.perf_counter() - t0, 3)
+                    cm(*args)  # compiles here, outside the lock; runs its graphs inside it
+            out[m] = round(time.perf_counter() - t0 - (sum(waits) - waited0), 3)  # not the waits for the lock
         except Exception as e:
             out[m] = f"error {type(e).__name__}: {e}"[:300]
     del model, args
@@ -124,6 +141,59 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
         torch.cuda.empty_cache()
     out.update(_lock_info())
     return out
+
+
+def _compile_gated(torch: Any, model: Any, mode: str, gate: Callable[[], Any]) -> Any:
+    """``torch.compile(model, mode=mode)`` whose compiled graphs run inside ``gate()`` (the device's
+    lock held shared), while tracing and Inductor's code generation, which are host work taking
+    seconds to minutes, run outside it. None where this torch lacks the inductor wrapper to extend.
+
+    The backend is torch's own inductor wrapper (``torch._TorchCompileInductorWrapper``) for ``mode``,
+    so the graph, the Inductor config and therefore the FX-graph and Triton cache entries written here
+    are the ones the device slot's plain ``torch.compile(model, mode=mode)`` looks up; only the call of
+    each compiled graph is wrapped (with the graph's calling convention kept)."""
+    import functools
+
+    base = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if base is None:
+        return None
+
+    class _Gated(base):  # type: ignore[misc, valid-type]
+        def __call__(self, model_: Any, inputs_: Any, **kw: Any) -> Any:
+            compiled = super().__call__(model_, inputs_, **kw)
+
+            @functools.wraps(compiled)  # keeps _boxed_call: dynamo calls boxed graphs with one list
+            def run(*a: Any, **k: Any) -> Any:
+                with gate():
+                    return compiled(*a, **k)
+            return run
+
+    try:
+        backend = _Gated(mode, None, None)
+    except TypeError:  # another constructor signature
+        return None
+    backend.__name__ = "inductor"  # torch.compile names a callable backend by __name__
+    return torch.compile(model, backend=backend)
+
+
+def _gate_benchmarks(torch: Any, gate: Callable[[], Any]) -> None:
+    """Inductor's own GPU benchmarks during compilation (``shape_padding``'s matmul timings, say) run
+    inside ``gate()`` too: patched on this warm-up process's benchmarker only."""
+    try:
+        from torch._inductor.runtime import benchmarking
+    except Exception:  # noqa: BLE001 - no benchmarker in this torch: nothing to gate
+        return
+    b = getattr(benchmarking, "benchmarker", None)
+    for name in ("benchmark_gpu", "benchmark_gpu_with_cuda_graph"):
+        fn = getattr(b, name, None)
+        if fn is None or getattr(fn, "_kb_gated", False):
+            continue
+
+        def gated(*a: Any, _fn: Any = fn, **k: Any) -> Any:
+            with gate():
+                return _fn(*a, **k)
+        gated._kb_gated = True  # type: ignore[attr-defined]
+        setattr(b, name, gated)
 
 
 def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], no_grad: bool,

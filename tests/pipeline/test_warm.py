@@ -80,3 +80,61 @@ def test_a_hung_warm_up_is_ended_at_the_timeout():
     time.sleep(0.5)
     left = [p for p in multiprocessing.active_children() if p.pid not in before]
     assert not left, left  # the hung worker was killed (active_children reaps the dead ones)
+
+
+GATED_PROBE = r'''
+import contextlib, json, sys
+import torch
+from kernelbench_harness.execution import warm
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
+x = torch.randn(3, 8)
+entered = []
+
+@contextlib.contextmanager
+def gate():
+    entered.append(1)
+    yield
+
+if sys.argv[1] == "gated":
+    cm = warm._compile_gated(torch, model, "default", gate)
+else:
+    cm = torch.compile(model, mode="default")
+with torch.no_grad():
+    ok = all(torch.allclose(cm(x), model(x)) for _ in range(2))
+from torch._dynamo.utils import counters
+print(json.dumps({"gate": len(entered), "ok": ok, **dict(counters["inductor"])}))
+'''
+
+
+def test_gated_warm_up_fills_the_cache_the_plain_compile_reads(tmp_path):
+    # the warm-up compiles outside the device's lock and runs each compiled graph inside it (warm.py):
+    # its backend must still write the FX-graph cache entry that the device slot's plain
+    # torch.compile(model, mode=...) looks up, or the warm-up would be wasted
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    script = tmp_path / "probe.py"
+    script.write_text(GATED_PROBE)
+
+    def probe(kind: str) -> dict:
+        p = subprocess.run([sys.executable, str(script), kind], capture_output=True, text=True, env=env, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    gated = probe("gated")
+    assert gated["ok"] and gated["gate"] == 2  # each run of the compiled graph, and nothing else
+    assert gated.get("fxgraph_cache_miss") == 1
+    plain = probe("plain")
+    assert plain["ok"] and plain["gate"] == 0
+    assert plain.get("fxgraph_cache_hit") == 1 and not plain.get("fxgraph_cache_miss")
+
+
+def test_gated_compile_is_skipped_without_torchs_inductor_wrapper():
+    import types
+
+    assert __import__("kernelbench_harness.execution.warm", fromlist=["_compile_gated"])._compile_gated(
+        types.SimpleNamespace(), object(), "default", None) is None
