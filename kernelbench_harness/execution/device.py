@@ -704,6 +704,7 @@ class DeviceEvaluator:
         self.physical_device = physical_device or str(self.device)
         # the device's identity on this host, for the host-wide timing lock (CUDA devices only)
         self.host_lock_key: str | None = device_lock_key(self.device)
+        self._gpu_share: HostDeviceLock | None = None  # held shared while evaluate() computes untimed (_gpu_work)
         base = Path(scratch_dir) if scratch_dir else _default_scratch()
         self.scratch, self._scratch_fd = claim_scratch(base, "kbdev_")  # a killed run's folder is swept later
         self.build_cache = Path(build_cache) if build_cache else None
@@ -785,6 +786,23 @@ class DeviceEvaluator:
     def timing_window(self, what: str) -> Iterator[dict[str, Any]]:
         """Hold the device's timing lock (shared by every slot on the same physical device) while
         timing, and record the wall-clock window: evidence that no two timings shared a device."""
+        resume = self._gpu_share
+        if resume is not None:
+            # this slot's untimed GPU work holds the host lock shared: finish it and give the lock up
+            # before queueing for the window (holding it while waiting for the run's timing lock would
+            # deadlock with a slot that holds that and waits for this one's shared hold to end)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            resume.release()
+        try:
+            with self._timing_window(what) as window:
+                yield window
+        finally:
+            if resume is not None:
+                resume.acquire(shared=True)
+
+    @contextlib.contextmanager
+    def _timing_window(self, what: str) -> Iterator[dict[str, Any]]:
         lock = self.timing_lock
         if lock is not None:
             lock.acquire()
@@ -970,10 +988,36 @@ class DeviceEvaluator:
     def evaluate(self, job: EvalJob) -> EvalResult:
         """Evaluate one candidate end to end. Never raises for candidate failures (they are outcomes).
 
+        Its GPU work outside timing windows (the reference, the candidate's correctness trials, the
+        comparisons) holds the device's host-wide lock shared (:meth:`_gpu_work`), so another slot on
+        the same GPU (``--gpus 0,0``) never times while this one computes.
+
         Returns:
             The :class:`EvalResult`; baselines measured on the way are in ``extra["baselines"]``
             (mode -> TimingStats dict) so the caller can store them.
         """
+        with self._gpu_work():
+            return self._evaluate(job)
+
+    @contextlib.contextmanager
+    def _gpu_work(self) -> Iterator[None]:
+        """Hold the device's :class:`.scratch.HostDeviceLock` shared for a stretch of untimed GPU work;
+        :meth:`timing_window` gives it up for the window (the window takes the lock exclusively, and
+        waits for every other slot's and warm-up's shared stretch to end) and takes it back after.
+        Without a host lock key (the CPU) this does nothing."""
+        if not self.host_lock_key or self._gpu_share is not None:
+            yield
+            return
+        lk = HostDeviceLock(self.host_lock_key)
+        lk.acquire(shared=True)
+        self._gpu_share = lk
+        try:
+            yield
+        finally:
+            self._gpu_share = None
+            lk.release()
+
+    def _evaluate(self, job: EvalJob) -> EvalResult:
         t_start = time.perf_counter()
         cand, protocol = job.candidate, job.protocol
         static = static_findings(cand.source)

@@ -40,8 +40,18 @@ __all__ = ["warm_compile"]
 
 log = logging.getLogger(__name__)
 
+#: how deep this process is inside a stretch that holds the device's lock: one count per process, so a
+#: stretch entered from inside another (a benchmark during a graph's run) never takes the lock twice
+_GATE_DEPTH = [0]
+
 
 def _init(device_index: str | None, threads: int) -> None:
+    import faulthandler
+    import signal
+
+    # ``kill -USR1 <pid>`` prints every thread's stack to the run's log: which warm-up holds the device's
+    # lock, and where (see /proc/locks for the holders of $TMPDIR/kbench-locks/*.lock)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if device_index is not None:
         from ..hardware import visible_device_id
 
@@ -68,7 +78,7 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
     lock: HostDeviceLock | None = None
     waits: list[float] = []
     windows: list[list[float]] = []
-    depth = [0]
+    depth = _GATE_DEPTH
 
     def _lock_info() -> dict[str, Any]:
         if not gpu:
@@ -114,8 +124,23 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"[:500], **_lock_info()}
     gated = gpu and lock is not None
-    if gated:
-        _gate_benchmarks(torch, on_gpu)
+    ungate = _gate_benchmarks(torch, on_gpu) if gated else (lambda: None)
+    try:
+        _compile_modes(torch, model, args, modes, no_grad, gpu, gated, on_gpu, waits, out)
+    finally:
+        ungate()
+    del model, args
+    torch._dynamo.reset()
+    if gpu:
+        torch.cuda.empty_cache()
+    out.update(_lock_info())
+    return out
+
+
+def _compile_modes(torch: Any, model: Any, args: list[Any], modes: list[str], no_grad: bool, gpu: bool,
+                   gated: bool, on_gpu: Callable[[], Any], waits: list[float], out: dict[str, Any]) -> None:
+    """Compile and call ``model`` once per torch.compile mode, recording each mode's seconds (without
+    the waits for the device's lock) or its error in ``out``."""
     for m in modes:
         try:
             torch._dynamo.reset()
@@ -135,12 +160,6 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
             out[m] = round(time.perf_counter() - t0 - (sum(waits) - waited0), 3)  # not the waits for the lock
         except Exception as e:
             out[m] = f"error {type(e).__name__}: {e}"[:300]
-    del model, args
-    torch._dynamo.reset()
-    if gpu:
-        torch.cuda.empty_cache()
-    out.update(_lock_info())
-    return out
 
 
 def _compile_gated(torch: Any, model: Any, mode: str, gate: Callable[[], Any]) -> Any:
@@ -176,25 +195,43 @@ def _compile_gated(torch: Any, model: Any, mode: str, gate: Callable[[], Any]) -
     return torch.compile(model, backend=backend)
 
 
-def _gate_benchmarks(torch: Any, gate: Callable[[], Any]) -> None:
-    """Inductor's own GPU benchmarks during compilation (``shape_padding``'s matmul timings, say) run
-    inside ``gate()`` too: patched on this warm-up process's benchmarker only."""
+def _gate_benchmarks(torch: Any, gate: Callable[[], Any]) -> Callable[[], None]:
+    """Inductor's own GPU benchmarks (``shape_padding``'s matmul timings while compiling, the Triton
+    autotuning of a compiled graph's first run) run inside ``gate()`` too: patched on this warm-up
+    process's benchmarker for one problem. Returns the undo, to call when that problem is done.
+
+    The patch must not outlive the problem: a later problem's graph run holds the lock through its own
+    gate, and a benchmark inside it that went through an earlier problem's gate would take the lock a
+    second time through another handle, wait at the turnstile behind a waiting timing window, and hold
+    the device forever (H200, session 9: a level-2/3 sweep stuck for 540 s)."""
     try:
         from torch._inductor.runtime import benchmarking
     except Exception:  # noqa: BLE001 - no benchmarker in this torch: nothing to gate
-        return
+        return lambda: None
     b = getattr(benchmarking, "benchmarker", None)
+    undo: list[Callable[[], None]] = []
     for name in ("benchmark_gpu", "benchmark_gpu_with_cuda_graph"):
         fn = getattr(b, name, None)
-        if fn is None or getattr(fn, "_kb_gated", False):
+        if fn is None:
             continue
+        had = name in vars(b)  # an instance attribute of its own (else the class's method)
 
         def gated(*a: Any, _fn: Any = fn, **k: Any) -> Any:
             with gate():
                 return _fn(*a, **k)
-        gated._kb_gated = True  # type: ignore[attr-defined]
         setattr(b, name, gated)
 
+        def restore(_name: str = name, _fn: Any = fn, _had: bool = had) -> None:
+            if _had:
+                setattr(b, _name, _fn)
+            else:
+                vars(b).pop(_name, None)
+        undo.append(restore)
+
+    def undo_all() -> None:
+        for u in undo:
+            u()
+    return undo_all
 
 def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], no_grad: bool,
                  device_index: str | None, workers: int, seed: int = 0,

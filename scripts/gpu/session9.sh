@@ -15,6 +15,30 @@ export PYTHONPATH=/tmp/site:$PWD
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader
   python3 -c "import torch,triton,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)"
   git log --oneline -1; nproc; } >> "$OUT/session.log" 2>&1
+# every 20 s: who holds or waits for the device's host lock (/proc/locks); after 60 s with a waiter,
+# the holders' Python stacks (the warm-up pool registers SIGUSR1 with faulthandler) go to the run's log
+lockwatch() {
+  local n=0
+  while sleep 20; do
+    for f in /tmp/kbench-locks/*.lock; do
+      [ -e "$f" ] || continue
+      ino=$(stat -c %i "$f")
+      lines=$(grep ":$ino " /proc/locks)
+      [ -n "$lines" ] || continue
+      echo "$(date -u +%T) $f"; echo "$lines"
+      if echo "$lines" | grep -q -- "->"; then n=$((n + 1)); else n=0; fi
+      if [ $n -ge 3 ]; then
+        for pid in $(echo "$lines" | grep -v -- "->" | awk '{print $5}' | sort -u); do
+          echo "holder $pid: $(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | cut -c1-160)"; kill -USR1 $pid 2>/dev/null
+        done
+        n=0
+      fi
+    done
+  done >> "$OUT/locks.log" 2>&1
+}
+lockwatch &
+WATCH=$!
+trap 'kill $WATCH 2>/dev/null' EXIT
 SECONDS=0
 for phase in ${PHASES//,/ }; do
   t0=$SECONDS
@@ -24,10 +48,18 @@ for phase in ${PHASES//,/ }; do
     exploits) timeout ${T_EXPLOITS:-200} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" >> "$OUT/session.log" 2>&1 ;;
     hostload) timeout ${T_HOSTLOAD:-150} python3 scripts/gpu/host_load.py --problems .data/kernelsseum-v0/problems \
         --out "$OUT/host_load.json" --ids ${HOSTLOAD_IDS:-3,4,5} --procs ${HOSTLOAD_PROCS:-3} >> "$OUT/session.log" 2>&1 ;;
-    sweep) T_SWEEP=${T_SWEEP:-$(( ${T_TOTAL:-560} - SECONDS - 45 ))}
+    sweep) T_SWEEP=${T_SWEEP:-$(( ${T_TOTAL:-560} - SECONDS - 45 ))}  # or as given
       timeout $(( T_SWEEP + 60 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
         --db results/sweep.db --levels ${SWEEP_LEVELS:-1-3} --phase ${SWEEP_PHASE:-cold} ${SWEEP_TAG:+--tag $SWEEP_TAG} \
-        ${SWEEP_IDS:+--ids $SWEEP_IDS} --budget-s $T_SWEEP >> "$OUT/session.log" 2>&1 ;;
+        ${SWEEP_IDS:+--ids $SWEEP_IDS} ${SWEEP_GPUS:+--gpus $SWEEP_GPUS} --budget-s $T_SWEEP >> "$OUT/session.log" 2>&1 ;;
+    cached2)
+      # the cached phase over the level-2 problems the cold run finished, in two slots on the one GPU
+      ids=$(python3 -c "import sqlite3;c=sqlite3.connect('results/sweep.db');print(','.join(str(r[0]) for r in c.execute(\"select distinct s.problem_id from samples s join runs r on r.id=s.run_id join attempts a on a.sample_pk=s.id join results x on x.attempt_pk=a.id where r.run_name='sweep-cold-l23' and s.level=2 order by 1\")))")
+      echo "cached over level-2 ids: $ids" >> "$OUT/session.log"
+      T_C=$(( ${T_TOTAL:-560} - SECONDS - 45 ))
+      [ -n "$ids" ] && timeout $(( T_C + 60 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
+        --db results/sweep.db --levels 2 --phase cached --tag l2-2slots --ids "$ids" --gpus ${CACHED_GPUS:-0,0} \
+        --budget-s $T_C >> "$OUT/session.log" 2>&1 ;;
     *) echo "unknown phase $phase" >> "$OUT/session.log" ;;
   esac
   echo "$phase: rc=$? $((SECONDS - t0))s" >> "$OUT/session.log"

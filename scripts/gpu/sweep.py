@@ -109,6 +109,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall-clock budget for both runs together")
     ap.add_argument("--phase", choices=["cold", "cached", "both"], default="both")
     ap.add_argument("--db", type=Path, default=REPO / "results" / "sweep.db")
+    ap.add_argument("--gpus", default=None, help="passed to kbench run (e.g. 0,0: two slots on one GPU)")
     ap.add_argument("--tag", default="", help="run names sweep-<phase>-<tag> (a cold run split by level)")
     a = ap.parse_args()
     lo, _, hi = a.levels.partition("-")
@@ -130,6 +131,8 @@ def main() -> int:
             cmd = [sys.executable, "-m", "kernelbench_harness", "run", "--model", f"replay:{cands}",
                    "--problems", str(a.problems), "--level", a.levels, "--run-name", run,
                    "--db", str(a.db), "--display", "plain", "--no-report"]
+            if a.gpus:
+                cmd += ["--gpus", a.gpus]
             if a.ids:
                 cmd += ["--ids", a.ids]
             elif a.limit:

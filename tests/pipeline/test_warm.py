@@ -138,3 +138,43 @@ def test_gated_compile_is_skipped_without_torchs_inductor_wrapper():
 
     assert __import__("kernelbench_harness.execution.warm", fromlist=["_compile_gated"])._compile_gated(
         types.SimpleNamespace(), object(), "default", None) is None
+
+
+def test_benchmark_gate_is_undone_after_each_problem():
+    # a benchmark patched to an earlier problem's gate would take the device's lock a second time from
+    # inside a later problem's graph run and wait behind a timing window forever (session 9 on the H200)
+    import contextlib
+
+    import torch
+    from torch._inductor.runtime import benchmarking
+
+    from kernelbench_harness.execution.warm import _gate_benchmarks
+
+    b = benchmarking.benchmarker
+    calls: list[str] = []
+
+    def fake(*a, **k):
+        calls.append("bench")
+        return 1.0
+
+    def gate(name):
+        @contextlib.contextmanager
+        def g():
+            calls.append(name)
+            yield
+        return g
+
+    vars(b)["benchmark_gpu"] = fake
+    try:
+        undo1 = _gate_benchmarks(torch, gate("first"))
+        b.benchmark_gpu(lambda: None)
+        undo1()
+        assert b.benchmark_gpu is fake
+        undo2 = _gate_benchmarks(torch, gate("second"))
+        b.benchmark_gpu(lambda: None)
+        undo2()
+        assert calls == ["first", "bench", "second", "bench"]
+        assert b.benchmark_gpu is fake
+    finally:
+        vars(b).pop("benchmark_gpu", None)
+    assert "benchmark_gpu" not in vars(b)  # the class's own method again
