@@ -79,6 +79,10 @@ def main() -> int:
         if slot:  # the trusted side's split of each candidate's evaluation
             print("   inside the device slot: " + ", ".join(f"{k[5:]} {v:.1f} s" for k, v in
                                                           sorted(slot.items(), key=lambda kv: -kv[1])))
+        trial = {k: v for k, v in phases.items() if k.startswith("trial_") or k == "compare"}
+        if trial:  # inside correctness: the candidate process's load, call, checks; the trusted comparisons
+            print("   inside correctness: " + ", ".join(f"{k} {v:.1f} s" for k, v in
+                                                       sorted(trial.items(), key=lambda kv: -kv[1])))
         warm = (info.config or {}).get("warm") or (info.hardware or {}).get("warm")
         if warm:
             per = {k: v for k, v in warm.items() if isinstance(v, dict)}

@@ -48,6 +48,36 @@ log = logging.getLogger(__name__)
 _DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def share_plan(n_sets: int, set_nbytes: int, out_nbytes: int, total_memory: int, fraction: float) -> str | None:
+    """How a candidate's input sets reach its process through shared device memory: ``"all"`` (one
+    buffer per set) when every set plus the output buffer fits in ``fraction`` of the device's memory,
+    ``"staged"`` (one buffer, filled with the set asked for) when one set plus the output buffer does,
+    else None (files). Sizes in bytes."""
+    cap = fraction * total_memory
+    if n_sets * set_nbytes + out_nbytes <= cap:
+        return "all"
+    if set_nbytes + out_nbytes <= cap:
+        return "staged"
+    return None
+
+
+#: of the device's memory, the most a candidate's timing copies of its input sets may take (each set is
+#: copied twice: the buffers timed, and their values for the re-check)
+TIMING_SETS_FRACTION = 0.25
+
+
+def timing_set_count(rotate_inputs: int, n_correct: int, set_nbytes: int, total_memory: int | None) -> int:
+    """How many input sets a candidate's timing cycles through: ``rotate_inputs`` (at most the sets
+    there are), but no more than two copies of each fit in ``TIMING_SETS_FRACTION`` of the device's
+    ``total_memory`` (bytes; None off a GPU), and at least one. Three rotating 16 GiB sets of current
+    KernelBench's L1/45 would take 96 GiB of copies in the candidate's process, beside the shared
+    buffers and the trusted side's own."""
+    k = min(rotate_inputs, n_correct) or 1
+    if total_memory and set_nbytes > 0:
+        k = min(k, int(TIMING_SETS_FRACTION * total_memory // (2 * set_nbytes)))
+    return max(1, k)
+
+
 class ReferenceError_(RuntimeError):
     """The problem's own reference failed (bad problem file, unsupported op on this device)."""
 
@@ -552,7 +582,11 @@ class ProblemContext:
 
     @property
     def timing_sets(self) -> list[int]:
-        return list(range(min(self.protocol.rotate_inputs, self.n_correct) or 1))
+        """The input sets the candidate's timing cycles through (``protocol.rotate_inputs``), fewer where
+        the candidate's process could not hold them (:func:`timing_set_count`)."""
+        total = (torch.cuda.get_device_properties(self.device).total_memory
+                 if self.device.type == "cuda" else None)
+        return list(range(timing_set_count(self.protocol.rotate_inputs, self.n_correct, self.share_set_nbytes, total)))
 
     def job_fields(self, shared_sets: list[Any] | None = None) -> dict[str, Any]:
         """What a candidate job needs of this problem; ``shared_sets``: the sets as mapped from shared
@@ -1122,11 +1156,14 @@ class DeviceEvaluator:
     SHARE_MAX_FAILURES = 2  # candidate processes that could not map the buffers before sharing stops
 
     def _share_sets(self, ctx: ProblemContext) -> tuple[list[Any], dict[str, Any]] | None:
-        """Fresh shared device buffers for one candidate: every input set copied into one buffer each,
-        and one for its outputs (:mod:`.devshare`). Returns the sets as the job describes them and the
-        job's ``share`` entry, or None where the exchange goes through files (a CPU device, sharing
-        unavailable or switched off, sets with nested values or whose sizes differ, sets larger in all
-        than ``SHARE_MAX_FRACTION`` of the device's memory, or an allocation the driver refuses)."""
+        """Fresh shared device buffers for one candidate (:mod:`.devshare`): every input set copied into
+        one buffer each, and one for its outputs; or, where all the sets together would take more than
+        ``SHARE_MAX_FRACTION`` of the device's memory but one set does not, a single staging buffer that
+        the trusted side fills with the set the candidate's process asks for (``need_set``, see
+        :meth:`_stage_set`). Returns the sets as the job describes them and the job's ``share`` entry, or
+        None where the exchange goes through files (a CPU device, sharing unavailable or switched off,
+        sets with nested values or whose sizes differ, one set too large, or an allocation the driver
+        refuses)."""
         self._free_share()
         if self.device.type != "cuda" or self._share_ok is False or ctx.share_places is None:
             return None
@@ -1135,33 +1172,22 @@ class DeviceEvaluator:
             if not self._share_ok:
                 return None
         out_nbytes = _devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
-        total = ctx.n_sets * ctx.share_set_nbytes + out_nbytes
-        if total > self.SHARE_MAX_FRACTION * torch.cuda.get_device_properties(self.device).total_memory:
+        plan = share_plan(ctx.n_sets, ctx.share_set_nbytes, out_nbytes,
+                          torch.cuda.get_device_properties(self.device).total_memory, self.SHARE_MAX_FRACTION)
+        if plan is None:
             return None
+        staged = plan == "staged"
         bufs: list[_devshare.SharedBuffer] = []
         sets: list[Any] = []
         try:
-            for i in range(ctx.n_sets):
-                buf = _devshare.SharedBuffer(ctx.share_set_nbytes, self.device)
-                bufs.append(buf)
-                items: list[Any] = []
-                vals = ctx.set_values(i)
-                if len(vals) != len(ctx.share_places):  # type: ignore[arg-type]
-                    raise _devshare.DevShareError(f"input set {i} has {len(vals)} values, set 0 {len(ctx.share_places)}")
-                for v, place in zip(vals, ctx.share_places):  # type: ignore[arg-type]
-                    if place is None:
-                        if isinstance(v, torch.Tensor):
-                            raise _devshare.DevShareError(f"input set {i} differs in kind from set 0")
-                        items.append(encode_value(v, ctx.inputs_dir, "unused_", [0]))
-                        continue
-                    if not isinstance(v, torch.Tensor) or v.numel() * v.element_size() != place["nbytes"]:
-                        raise _devshare.DevShareError(f"input set {i} differs in size from set 0")
-                    name = tensor_name(v.dtype)
-                    off, n = place["offset"], place["nbytes"]
-                    buf.tensor[off:off + n].copy_(v.contiguous().reshape(-1).view(torch.uint8))
-                    items.append({"__tensor__": {"shared": i, "offset": off, "dtype": name, "shape": list(v.shape)}})
-                del vals
-                sets.append({"__seq__": "list", "items": items})
+            if staged:
+                bufs.append(_devshare.SharedBuffer(ctx.share_set_nbytes, self.device))
+                sets = [{"__staged__": i} for i in range(ctx.n_sets)]
+            else:
+                for i in range(ctx.n_sets):
+                    buf = _devshare.SharedBuffer(ctx.share_set_nbytes, self.device)
+                    bufs.append(buf)
+                    sets.append({"__seq__": "list", "items": self._fill_set(ctx, i, buf, i)})
             out = _devshare.SharedBuffer(out_nbytes, self.device)
             bufs.append(out)
             torch.cuda.synchronize(self.device)
@@ -1172,8 +1198,54 @@ class DeviceEvaluator:
             return None
         self._share_bufs, self._share_out = bufs, out
         share = {"sets": [{"handle": b.handle, "nbytes": b.nbytes} for b in bufs[:-1]],
-                 "outputs": {"handle": out.handle, "nbytes": out.nbytes}}
+                 "outputs": {"handle": out.handle, "nbytes": out.nbytes}, "staged": staged}
         return sets, share
+
+    def _fill_set(self, ctx: ProblemContext, i: int, buf: _devshare.SharedBuffer, slot: int) -> list[Any]:
+        """Copy input set ``i`` (drawn again, :meth:`ProblemContext.set_values`) into ``buf``, mapped by the
+        candidate as shared buffer ``slot``; the set's items as the job describes them.
+
+        Raises:
+            DevShareError: the set differs in kind or size from set 0 (where the layout came from).
+        """
+        items: list[Any] = []
+        vals = ctx.set_values(i)
+        if len(vals) != len(ctx.share_places):  # type: ignore[arg-type]
+            raise _devshare.DevShareError(f"input set {i} has {len(vals)} values, set 0 {len(ctx.share_places)}")
+        for v, place in zip(vals, ctx.share_places):  # type: ignore[arg-type]
+            if place is None:
+                if isinstance(v, torch.Tensor):
+                    raise _devshare.DevShareError(f"input set {i} differs in kind from set 0")
+                items.append(encode_value(v, ctx.inputs_dir, "unused_", [0]))
+                continue
+            if not isinstance(v, torch.Tensor) or v.numel() * v.element_size() != place["nbytes"]:
+                raise _devshare.DevShareError(f"input set {i} differs in size from set 0")
+            off, n = place["offset"], place["nbytes"]
+            buf.tensor[off:off + n].copy_(v.contiguous().reshape(-1).view(torch.uint8))
+            items.append({"__tensor__": {"shared": slot, "offset": off, "dtype": tensor_name(v.dtype),
+                                         "shape": list(v.shape)}})
+        return items
+
+    def _stage_set(self, h: ChildHandle, ctx: ProblemContext, msg: dict[str, Any]) -> None:
+        """Answer a candidate process's ``need_set``: input set ``msg["set"]`` copied into the staging
+        buffer (shared buffer 0), then ``set_ready`` with its items. The process copies the values out
+        before it asks again, and nothing here ever reads the buffer back.
+
+        Raises:
+            TensorFormatError: no staging buffer, or a set index out of range (a protocol violation).
+            ReferenceError_: the set differs in kind or size from set 0 (the problem's inputs vary).
+        """
+        i = msg.get("set")
+        if (not self._share_bufs or self._share_out is None or len(self._share_bufs) != 2
+                or not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < ctx.n_sets):
+            raise TensorFormatError(f"request for input set {str(i)[:40]} without a staging buffer or out of range")
+        try:
+            items = self._fill_set(ctx, i, self._share_bufs[0], 0)
+        except _devshare.DevShareError as e:  # the problem's sets differ in shape: judged as the reference's
+            raise ReferenceError_(f"input sets cannot be staged: {e}") from e
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # in the buffer before the process reads it
+        h.chan.send({"cmd": "set_ready", "set": i, "items": items})
 
     def _free_share(self, h: ChildHandle | None = None) -> None:
         """Free the shared buffers of the last candidate once nothing can map them: its process group is
@@ -1305,6 +1377,9 @@ class DeviceEvaluator:
             while True:
                 msg = h.chan.recv(timeout_s=max(0.0, deadline - time.monotonic()))
                 add(msg)
+                if msg.get("event") == "need_set" and "need_set" not in events:
+                    self._stage_set(h, ctx, msg)
+                    continue
                 if msg.get("event") == "error":
                     raise _ChildFailed(str(msg.get("kind", "runtime_error")), str(msg.get("error", ""))[:8000])
                 if msg.get("event") in events:
@@ -1348,7 +1423,9 @@ class DeviceEvaluator:
                 msg = expect(run_deadline, "output")
                 for k in launches:
                     launches[k] += int((msg.get("launches") or {}).get(k, 0))
+                t_cmp = time.perf_counter()
                 cmp = ctx.compare(self._read_outputs(msg, jobdir), i)
+                phase["compare"] = phase.get("compare", 0.0) + time.perf_counter() - t_cmp
                 compared.append(cmp)
                 if not cmp.ok:
                     ok = False
@@ -1432,7 +1509,7 @@ class DeviceEvaluator:
             res = self._verdict(job, ctx, compared, ok, findings, stats, tinfo, launches, profile, build_info)
             extra = dict(res.extra)
             extra.update({"sandbox": env_note, "build": build_info, "weights": weights, "launches": launches,
-                          "input_exchange": "shared" if shared else "files",
+                          "input_exchange": ("staged" if shared[1].get("staged") else "shared") if shared else "files",
                           "profile": profile, "timing_info": {k: v for k, v in tinfo.items() if k != "synced_ms"},
                           "timing_windows": timing_windows,
                           "peak_rss_bytes": h.peak_rss_bytes})

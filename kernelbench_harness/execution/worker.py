@@ -292,9 +292,16 @@ class _Job:
         if idx in self.sets_cache:
             return self.sets_cache[idx]
         enc = self.job["sets"][idx]
+        staged = self.share is not None and _isinstance(enc, dict) and "__staged__" in enc
+        if staged:
+            enc = self.request_set(idx)
         if self.share is not None and _isinstance(enc, dict) and _isinstance(enc.get("items"), list):
             vals = [self.shared_input(x["__tensor__"]) if _isinstance(x, dict) and "__tensor__" in x
                     else decode_value(x, self.inputs_dir) for x in enc["items"]]
+            if staged:  # the staging buffer holds the next requested set instead: copies of our own
+                vals = [v.clone() if _isinstance(v, torch.Tensor) else v for v in vals]
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)  # copied before the trusted side may write the next set
         elif self.device.type == "cuda" and _isinstance(enc, dict) and _isinstance(enc.get("items"), list):
             # top-level tensors go from the file to the device through the pinned staging buffer (no
             # full host copy of a multi-GB input); nested values decode as before, on the host
@@ -311,9 +318,21 @@ class _Job:
                 if v.is_floating_point() or cast_all:
                     v = v.to(self.precision)
             out.append(v)
-        if len(self.sets_cache) < 8:
+        if staged:  # sets too large to share all at once: keep only the latest
+            self.sets_cache = {idx: out}
+        elif len(self.sets_cache) < 8:
             self.sets_cache[idx] = out
         return out
+
+    def request_set(self, idx: int) -> dict[str, Any]:
+        """Ask the trusted side to put input set ``idx`` into the one shared staging buffer (input sets too
+        large to share all at once, see DeviceEvaluator._share_sets); returns the set's description,
+        whose tensors are views of that buffer until the next request."""
+        self.send({"event": "need_set", "set": idx})
+        reply = self.chan.recv()
+        if reply.get("cmd") != "set_ready" or reply.get("set") != idx or not _isinstance(reply.get("items"), list):
+            raise RuntimeError(f"harness protocol: expected input set {idx}, got {str(reply)[:200]}")
+        return {"items": reply["items"]}
 
     def shared_input(self, desc: dict[str, Any]) -> torch.Tensor:
         """A view of one input tensor in its set's shared buffer (no copy)."""
@@ -436,8 +455,14 @@ class _Job:
         with torch.no_grad(), _Forbid(bool(self.protocol.get("forbid_functional"))):
             return self.model(*args)
 
+    def _add_phase(self, name: str, seconds: float) -> None:
+        self.phase_s[name] = round(self.phase_s.get(name, 0.0) + seconds, 6)
+
     def run_trial(self, idx: int, *, args: list[Any] | None = None, where: str = "correctness") -> bool:
-        """Run the candidate on input set ``idx`` (or given ``args``), write the output, report it."""
+        """Run the candidate on input set ``idx`` (or given ``args``), write the output, report it. Its
+        seconds go to ``phase_s``: ``trial_load`` (the set), ``trial_call`` (the call, synchronised) and
+        ``trial_checks`` (copies, checks, the output's description)."""
+        t_load = _perf_counter()
         inputs = self.load_set(idx) if args is None else args
         clone = bool(self.protocol.get("clone_inputs", True))
         pristine = [x.clone() if _isinstance(x, torch.Tensor) else x for x in inputs]
@@ -450,6 +475,8 @@ class _Job:
         out = self.call(call_args)
         self.sync()
         dt = _perf_counter() - t0
+        self._add_phase("trial_load", t0 - t_load)
+        self._add_phase("trial_call", dt)
         outs = _flatten(out)
         descs: list[Any] = []
         self.out_cursor = 0  # the trusted side has copied the previous message's outputs
@@ -489,6 +516,7 @@ class _Job:
         self.check_integrity(f"after {where} call on set {idx}")
         launches = {"extension_calls": sum(self.record.calls.values()) - calls0,
                     "triton_launches": self.launches.triton - tl0}
+        self._add_phase("trial_checks", _perf_counter() - t0 - dt)
         self.send({"event": "output", "set": idx, "where": where, "descs": descs, "launches": launches,
                    "seconds": round(dt, 4)})
         return True

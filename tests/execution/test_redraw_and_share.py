@@ -274,3 +274,86 @@ def test_a_patched_json_encoder_does_not_reach_the_channel(monkeypatch: pytest.M
     finally:
         a.close()
         b.close()
+
+
+def test_staged_sets_reach_the_candidate_one_request_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # sets too large to share all at once (7 GiB and more for 18 current level-1 problems on an H200) go
+    # through one staging buffer the trusted side fills on request. Here both ends run in this process
+    # over CPU tensors: the worker's request, the trusted side's answer, the copies the worker keeps.
+    from kernelbench_harness.execution import worker as worker_mod
+
+    ctx = ProblemContext(_problem(), FAST_KBENCH, 5, CPU, tmp_path / "ctx", redraw=True)
+    assert ctx.share_places is not None and ctx.redraw
+    staging = types.SimpleNamespace(tensor=torch.full((ctx.share_set_nbytes,), 0xFF, dtype=torch.uint8))
+    ev = DeviceEvaluator.__new__(DeviceEvaluator)
+    ev.device = CPU
+    ev._share_bufs = [staging, types.SimpleNamespace(tensor=torch.empty(0, dtype=torch.uint8))]
+    ev._share_out = ev._share_bufs[1]
+    sent: list[dict] = []
+
+    class Loop:  # the channel between the two ends: the worker's request is answered at once
+        pending: list[dict] = []
+
+        def send(self, obj: dict) -> None:
+            self.pending.append(obj)
+
+        def recv(self) -> dict:
+            return self.pending.pop(0)
+
+    trusted_h = types.SimpleNamespace(chan=Loop())
+    job = worker_mod._Job.__new__(worker_mod._Job)
+    job.device, job.precision, job.inputs_dir = CPU, torch.float32, ctx.inputs_dir
+    job.share = {"sets": [{}], "staged": True}
+    job.job = {"sets": [{"__staged__": i} for i in range(ctx.n_sets)], "cast_int_inputs": False}
+    job.sets_cache = {}
+    job.chan = trusted_h.chan
+
+    def worker_send(obj: dict) -> None:  # the trusted side's expect() loop, on a need_set
+        sent.append(obj)
+        assert obj["event"] == "need_set"
+        ev._stage_set(trusted_h, ctx, obj)
+    job.send = worker_send
+    monkeypatch.setitem(worker_mod._MAPPED, ("set", 0), staging.tensor)
+
+    got = [job.load_set(i) for i in range(ctx.n_sets)]
+    assert [m["set"] for m in sent] == list(range(ctx.n_sets))  # one request per set
+    for i, vals in enumerate(got):
+        want = ctx.set_values(i)
+        assert torch.equal(vals[0], want[0]) and vals[1] == want[1] == 3, i
+        # the worker's own copies: the buffer now holds the last set, earlier sets are unchanged
+        assert vals[0].data_ptr() != staging.tensor.data_ptr()
+    assert list(job.sets_cache) == [ctx.n_sets - 1]  # only the latest set is kept
+    assert job.load_set(ctx.n_sets - 1) is got[-1] and len(sent) == ctx.n_sets  # served from the cache
+    # a request out of range, or of a non-integer, is a protocol violation
+    for bad in (-1, ctx.n_sets, "0", True, None):
+        with pytest.raises(TensorFormatError):
+            ev._stage_set(trusted_h, ctx, {"event": "need_set", "set": bad})
+    # an answer for another set than asked is refused by the worker
+    job.sets_cache = {}
+    job.send = lambda obj: trusted_h.chan.send({"cmd": "set_ready", "set": 0, "items": []})
+    with pytest.raises(RuntimeError, match="expected input set 2"):
+        job.load_set(2)
+
+
+def test_share_plan_stages_sets_too_large_to_share_at_once() -> None:
+    from kernelbench_harness.execution.device import share_plan
+
+    gib = 1 << 30
+    h200 = 139 * gib
+    assert share_plan(6, 6 * gib, 6 * gib, h200, 0.35) == "all"  # L1/20: 42 GiB of 48.7
+    assert share_plan(6, 7 * gib, 7 * gib, h200, 0.35) == "staged"  # L1/4-type: 49 GiB
+    assert share_plan(6, 16 * gib, 16 * gib, h200, 0.35) == "staged"  # L1/45: 112 GiB, one set 32
+    assert share_plan(6, 30 * gib, 30 * gib, h200, 0.35) is None  # not even one set: files
+
+
+def test_timing_cycles_through_fewer_sets_when_they_are_huge() -> None:
+    from kernelbench_harness.execution.device import timing_set_count
+
+    gib = 1 << 30
+    h200 = 139 * gib
+    assert timing_set_count(3, 5, 1 << 20, h200) == 3  # small sets: as the protocol says
+    assert timing_set_count(3, 5, 6 * gib, h200) == 2  # L1/20: 2 x 2 x 6 GiB within 34.75 GiB
+    assert timing_set_count(3, 5, 16 * gib, h200) == 1  # L1/45
+    assert timing_set_count(3, 5, 40 * gib, h200) == 1  # never none
+    assert timing_set_count(3, 5, 16 * gib, None) == 3  # off a GPU: no limit
+    assert timing_set_count(3, 1, 0, h200) == 1 and timing_set_count(1, 5, 0, h200) == 1
