@@ -68,13 +68,14 @@ TIMING_SETS_FRACTION = 0.25
 
 def timing_set_count(rotate_inputs: int, n_correct: int, set_nbytes: int, total_memory: int | None) -> int:
     """How many input sets a candidate's timing cycles through: ``rotate_inputs`` (at most the sets
-    there are), but no more than two copies of each fit in ``TIMING_SETS_FRACTION`` of the device's
-    ``total_memory`` (bytes; None off a GPU), and at least one. Three rotating 16 GiB sets of current
+    there are), but no more than two copies of each, plus one more set (the copy it was loaded into),
+    fit in ``TIMING_SETS_FRACTION`` of the device's ``total_memory`` (bytes; None off a GPU), and at
+    least one. Three rotating 16 GiB sets of current
     KernelBench's L1/45 would take 96 GiB of copies in the candidate's process, beside the shared
     buffers and the trusted side's own."""
     k = min(rotate_inputs, n_correct) or 1
     if total_memory and set_nbytes > 0:
-        k = min(k, int(TIMING_SETS_FRACTION * total_memory // (2 * set_nbytes)))
+        k = min(k, int((TIMING_SETS_FRACTION * total_memory // set_nbytes - 1) // 2))
     return max(1, k)
 
 
@@ -760,6 +761,8 @@ class DeviceEvaluator:
         self._share_out: _devshare.SharedBuffer | None = None
         self._share_failures = 0
         self._share_quarantine: list[_devshare.SharedBuffer] = []
+        self._share_staged = False  # one staging buffer, filled on request (_stage_set)
+        self._stage_requests = 0  # need_set requests served for the current candidate
         self.layers: dict[str, bool] = {}
         self.probe_log: list[str] = []
         if sandbox:
@@ -934,13 +937,14 @@ class DeviceEvaluator:
             Stats by mode name; a mode that fails (e.g. torch.compile error) is absent and its reason
             is in ``context(...).baseline_info[mode]``.
         """
-        ctx = self.context(problem, protocol, run_seed)
-        settings = _timing.TimerSettings.from_protocol(protocol, self.device)
-        fns = self._prepare_baselines(ctx, protocol, modes)
-        blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
-        for mode, (fn, _compile_s) in fns.items():
-            self._time_baseline_block(ctx, mode, fn, settings, blocks)
-        return self._finish_baselines(ctx, modes, fns, blocks, settings)
+        with self._gpu_work():  # its untimed GPU work (the reference, torch.compile) holds the lock shared
+            ctx = self.context(problem, protocol, run_seed)
+            settings = _timing.TimerSettings.from_protocol(protocol, self.device)
+            fns = self._prepare_baselines(ctx, protocol, modes)
+            blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
+            for mode, (fn, _compile_s) in fns.items():
+                self._time_baseline_block(ctx, mode, fn, settings, blocks)
+            return self._finish_baselines(ctx, modes, fns, blocks, settings)
 
     def _prepare_baselines(self, ctx: ProblemContext, protocol: Protocol,
                            modes: list[str]) -> dict[str, tuple[Callable[[int], Any], float]]:
@@ -1154,6 +1158,7 @@ class DeviceEvaluator:
 
     SHARE_MAX_FRACTION = 0.35  # of the device's memory: larger input sets go through files
     SHARE_MAX_FAILURES = 2  # candidate processes that could not map the buffers before sharing stops
+    STAGE_MAX_REQUESTS_PER_SET = 4  # need_set requests per input set a candidate's process may make
 
     def _share_sets(self, ctx: ProblemContext) -> tuple[list[Any], dict[str, Any]] | None:
         """Fresh shared device buffers for one candidate (:mod:`.devshare`): every input set copied into
@@ -1196,7 +1201,8 @@ class DeviceEvaluator:
             for b in bufs:
                 b.free()
             return None
-        self._share_bufs, self._share_out = bufs, out
+        self._share_bufs, self._share_out, self._share_staged = bufs, out, staged
+        self._stage_requests = 0
         share = {"sets": [{"handle": b.handle, "nbytes": b.nbytes} for b in bufs[:-1]],
                  "outputs": {"handle": out.handle, "nbytes": out.nbytes}, "staged": staged}
         return sets, share
@@ -1236,15 +1242,23 @@ class DeviceEvaluator:
             ReferenceError_: the set differs in kind or size from set 0 (the problem's inputs vary).
         """
         i = msg.get("set")
-        if (not self._share_bufs or self._share_out is None or len(self._share_bufs) != 2
+        if (not self._share_staged or not self._share_bufs or self._share_out is None
                 or not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < ctx.n_sets):
             raise TensorFormatError(f"request for input set {str(i)[:40]} without a staging buffer or out of range")
+        self._stage_requests += 1
+        if self._stage_requests > self.STAGE_MAX_REQUESTS_PER_SET * ctx.n_sets:
+            # an honest process asks about a dozen times (trials, profile, ablation, timing, re-checks); a
+            # flood would keep this side redrawing gigabytes, and its unread answers would fill the socket
+            raise TensorFormatError(f"{self._stage_requests} requests for input sets")
         try:
             items = self._fill_set(ctx, i, self._share_bufs[0], 0)
         except _devshare.DevShareError as e:  # the problem's sets differ in shape: judged as the reference's
             raise ReferenceError_(f"input sets cannot be staged: {e}") from e
+        except torch.OutOfMemoryError as e:
+            raise _ChildFailed("oom", f"out of memory while staging input set {i} for the candidate: {e}") from e
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # in the buffer before the process reads it
+            torch.cuda.empty_cache()  # the redrawn set, back for the candidate's process to use
         h.chan.send({"cmd": "set_ready", "set": i, "items": items})
 
     def _free_share(self, h: ChildHandle | None = None) -> None:
@@ -1252,7 +1266,7 @@ class DeviceEvaluator:
         killed (a child it started in its group goes too) and its exit confirmed. Freeing memory another
         process still maps is undefined behaviour in CUDA, so buffers of a process whose end is not
         confirmed are kept aside (leaked, with a warning) instead."""
-        bufs, self._share_bufs, self._share_out = self._share_bufs, [], None
+        bufs, self._share_bufs, self._share_out, self._share_staged = self._share_bufs, [], None, False
         if not bufs:
             return
         if h is not None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterator
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 #: how deep this process is inside a stretch that holds the device's lock: one count per process, so a
 #: stretch entered from inside another (a benchmark during a graph's run) never takes the lock twice
 _GATE_DEPTH = [0]
+#: held by the thread inside such a stretch: a second thread waits instead of taking the lock through the
+#: same handle (or running unlocked beside it)
+_GATE_MUTEX = threading.RLock()
 
 
 def _init(device_index: str | None, threads: int) -> None:
@@ -87,25 +91,31 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
 
     @contextlib.contextmanager
     def on_gpu() -> Iterator[None]:
-        """One stretch of GPU work: the device's lock held shared, its wall-clock window recorded."""
-        if lock is None or depth[0]:  # nested (a benchmark inside a compiled graph's run): held already
+        """One stretch of GPU work: the device's lock held shared, its wall-clock window recorded. One
+        thread at a time (another thread's stretch waits for this one), and a stretch entered inside
+        another in the same thread takes nothing more."""
+        if lock is None:
             yield
             return
-        depth[0] += 1
-        try:
-            with lock.hold(shared=True) as waited:
-                waits.append(waited)
-                start = time.time()
-                try:
-                    yield
-                finally:
-                    try:  # nothing of ours left running on the GPU once a timing window may start
-                        torch.cuda.synchronize()
-                    except Exception:
-                        pass
-                    windows.append([round(start, 6), round(time.time(), 6)])
-        finally:
-            depth[0] -= 1
+        with _GATE_MUTEX:
+            if depth[0]:  # nested (a benchmark inside a compiled graph's run): held already
+                yield
+                return
+            depth[0] += 1
+            try:
+                with lock.hold(shared=True) as waited:
+                    waits.append(waited)
+                    start = time.time()
+                    try:
+                        yield
+                    finally:
+                        try:  # nothing of ours left running on the GPU once a timing window may start
+                            torch.cuda.synchronize()
+                        except Exception:
+                            pass
+                        windows.append([round(start, 6), round(time.time(), 6)])
+            finally:
+                depth[0] -= 1
 
     mod = types.ModuleType("kb_warm")
     try:
@@ -147,25 +157,30 @@ def _compile_modes(torch: Any, model: Any, args: list[Any], modes: list[str], no
             waited0 = sum(waits)
             t0 = time.perf_counter()
             cm = _compile_gated(torch, model, m, on_gpu) if gated else None
-            if cm is None:  # no lock to take, or this torch has no inductor wrapper to extend
+            if cm is not None:
+                try:
+                    with (torch.no_grad() if no_grad else torch.enable_grad()):
+                        cm(*args)  # compiles here, outside the lock; runs its one graph inside it
+                except Exception:  # noqa: BLE001 - a graph break (eager code between graphs would run
+                    cm = None      # unlocked) or a failure: compiled again below, all of it locked
+                    torch._dynamo.reset()
+            if cm is None:  # no lock to take, no inductor wrapper to extend, or not one whole graph
                 with on_gpu():  # the whole compile in one stretch, released between modes
                     cm = torch.compile(model, mode=m)
                     with (torch.no_grad() if no_grad else torch.enable_grad()):
                         cm(*args)
                     if gpu:
                         torch.cuda.synchronize()
-            else:
-                with (torch.no_grad() if no_grad else torch.enable_grad()):
-                    cm(*args)  # compiles here, outside the lock; runs its graphs inside it
             out[m] = round(time.perf_counter() - t0 - (sum(waits) - waited0), 3)  # not the waits for the lock
         except Exception as e:
             out[m] = f"error {type(e).__name__}: {e}"[:300]
 
 
 def _compile_gated(torch: Any, model: Any, mode: str, gate: Callable[[], Any]) -> Any:
-    """``torch.compile(model, mode=mode)`` whose compiled graphs run inside ``gate()`` (the device's
-    lock held shared), while tracing and Inductor's code generation, which are host work taking
-    seconds to minutes, run outside it. None where this torch lacks the inductor wrapper to extend.
+    """``torch.compile(model, mode=mode, fullgraph=True)`` whose compiled graph runs inside ``gate()``
+    (the device's lock held shared), while tracing and Inductor's code generation, which are host work
+    taking seconds to minutes, run outside it. None where this torch lacks the inductor wrapper to
+    extend. Calling it raises where the model is not one graph.
 
     The backend is torch's own inductor wrapper (``torch._TorchCompileInductorWrapper``) for ``mode``,
     so the graph, the Inductor config and therefore the FX-graph and Triton cache entries written here
@@ -192,7 +207,9 @@ def _compile_gated(torch: Any, model: Any, mode: str, gate: Callable[[], Any]) -
     except TypeError:  # another constructor signature
         return None
     backend.__name__ = "inductor"  # torch.compile names a callable backend by __name__
-    return torch.compile(model, backend=backend)
+    # one whole graph, or an error: with graph breaks, the eager code between graphs would run on the
+    # GPU outside the lock (the caller then compiles the plain way, all of it locked)
+    return torch.compile(model, backend=backend, fullgraph=True)
 
 
 def _gate_benchmarks(torch: Any, gate: Callable[[], Any]) -> Callable[[], None]:

@@ -644,6 +644,8 @@ class _Job:
                 for i in self.job["timing_sets"]]
         k = len(sets)
         base = [[x.clone() if _isinstance(x, torch.Tensor) else x for x in s] for s in sets]
+        if self.share is not None and self.share.get("staged"):
+            self.sets_cache.clear()  # a staged set's own copy: timing has two of its own
         last_round: list[int | None] = [None] * k
         # the trial count runs on across blocks, so no refresh round is ever used twice in a run
         trial = self.__dict__.setdefault("_refresh_trial", [0])
@@ -797,7 +799,9 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
             cmd = chan.recv()
             if cmd.get("cmd") != "next":
                 break
-        j.watch_precision(0)  # its findings travel with the next message
+        # on a set the process holds already (staged sets keep only the latest): a request for another
+        # would reach the trusted side after it sent its next command, not while it waits for one
+        j.watch_precision(next(iter(j.sets_cache), 0))  # its findings travel with the next message
         while True:
             cmd = chan.recv()
             c = cmd.get("cmd")

@@ -289,6 +289,7 @@ def test_staged_sets_reach_the_candidate_one_request_at_a_time(tmp_path: Path, m
     ev.device = CPU
     ev._share_bufs = [staging, types.SimpleNamespace(tensor=torch.empty(0, dtype=torch.uint8))]
     ev._share_out = ev._share_bufs[1]
+    ev._share_staged, ev._stage_requests = True, 0
     sent: list[dict] = []
 
     class Loop:  # the channel between the two ends: the worker's request is answered at once
@@ -328,6 +329,16 @@ def test_staged_sets_reach_the_candidate_one_request_at_a_time(tmp_path: Path, m
     for bad in (-1, ctx.n_sets, "0", True, None):
         with pytest.raises(TensorFormatError):
             ev._stage_set(trusted_h, ctx, {"event": "need_set", "set": bad})
+    # a flood of requests (each a redraw of gigabytes, its answers unread) is a protocol violation
+    ev._stage_requests = 0
+    for _ in range(DeviceEvaluator.STAGE_MAX_REQUESTS_PER_SET * ctx.n_sets):
+        ev._stage_set(trusted_h, ctx, {"event": "need_set", "set": 0})
+    with pytest.raises(TensorFormatError, match="requests for input sets"):
+        ev._stage_set(trusted_h, ctx, {"event": "need_set", "set": 0})
+    # without a staging buffer (every set shared, or files) a request is a protocol violation too
+    ev._share_staged, ev._stage_requests = False, 0
+    with pytest.raises(TensorFormatError):
+        ev._stage_set(trusted_h, ctx, {"event": "need_set", "set": 0})
     # an answer for another set than asked is refused by the worker
     job.sets_cache = {}
     job.send = lambda obj: trusted_h.chan.send({"cmd": "set_ready", "set": 0, "items": []})

@@ -178,3 +178,46 @@ def test_benchmark_gate_is_undone_after_each_problem():
     finally:
         vars(b).pop("benchmark_gpu", None)
     assert "benchmark_gpu" not in vars(b)  # the class's own method again
+
+
+def test_a_model_with_a_graph_break_is_compiled_all_inside_the_lock():
+    # with graph breaks, the eager code between compiled graphs would run on the GPU outside the lock:
+    # the gated compile asks for one whole graph, and a model that is not one is compiled again the
+    # plain way, all of it inside one stretch of the lock (compile included)
+    import contextlib
+    import time
+
+    import torch
+
+    from kernelbench_harness.execution.warm import _compile_modes
+
+    class Broken(torch.nn.Module):
+        def forward(self, x):
+            y = x * 2.0
+            torch._dynamo.graph_break()
+            return y + 1.0
+
+    class Whole(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.0 + 1.0
+
+    def run(model):
+        spans: list[float] = []
+
+        @contextlib.contextmanager
+        def gate():
+            t0 = time.perf_counter()
+            yield
+            spans.append(time.perf_counter() - t0)
+        out: dict = {}
+        torch._dynamo.reset()
+        _compile_modes(torch, model, [torch.randn(4)], ["default"], True, False, True, gate, [], out)
+        torch._dynamo.reset()
+        return out, spans
+
+    out, spans = run(Broken())
+    assert isinstance(out["default"], float), out
+    assert len(spans) == 1 and spans[0] > 0.2  # one stretch, the compiles inside it
+    out, spans = run(Whole())
+    assert isinstance(out["default"], float), out
+    assert len(spans) == 1 and spans[0] < out["default"]  # only the graph's run inside the lock
