@@ -283,6 +283,19 @@ def _check_environment() -> None:
                           "(e.g. 16000000000) or unset it (10% of the GPU's memory)") from None
 
 
+def _process_age_s() -> float | None:
+    """Seconds since this process started (Linux ``/proc``; None elsewhere): interpreter start, imports
+    and loading problems, before a run's executor starts."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return round(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                       problem_set: ProblemSet | None = None, adapter: ModelAdapter | None = None,
                       resume: bool = False, explicit: frozenset[str] = frozenset()) -> RunSummary:
@@ -390,6 +403,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 
     # one folder of prebuilt extensions, written by the build pool and read by every device slot
     build_cache = extension_cache_dir(cfg)
+    t_exec0 = time.perf_counter()
+    startup_s = {"process_to_executor": _process_age_s()}
     try:
         executor = _make_executor(cfg, build_cache)
     except BaseException:
@@ -399,6 +414,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     status = "interrupted"
     try:
         fp = executor.fingerprint()
+        startup_s["executor"] = round(time.perf_counter() - t_exec0, 3)  # device slots started, sandbox probed
         devtype = "cuda" if str(fp.get("device_type")) == "cuda" else "cpu"
         if adapter is None and "device" not in cfg.model_options and cfg.model == "bundled":
             ad = get_adapter(cfg.model, options={**cfg.model_options, "device": devtype})
@@ -413,6 +429,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         if stored is None:
             store.create_run(run_name, model=cfg.model, protocol=protocol.to_dict(),
                              config={"run_config": cfg.to_dict(), "run_seed": seed, "problems_source": ps.source,
+                                     "startup_s": startup_s,
                                      "problem_issues": [f"{i.path}: {i.reason}" for i in ps.issues]},
                              hardware=fp, problems=problems)
         else:

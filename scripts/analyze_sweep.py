@@ -83,6 +83,9 @@ def main() -> int:
         if trial:  # inside correctness: the candidate process's load, call, checks; the trusted comparisons
             print("   inside correctness: " + ", ".join(f"{k} {v:.1f} s" for k, v in
                                                        sorted(trial.items(), key=lambda kv: -kv[1])))
+        startup = (info.config or {}).get("startup_s")
+        if startup:  # before the run's record: interpreter, imports, problems; then the device slots
+            print("   start-up: " + ", ".join(f"{k} {v} s" for k, v in startup.items()))
         warm = (info.config or {}).get("warm") or (info.hardware or {}).get("warm")
         if warm:
             per = {k: v for k, v in warm.items() if isinstance(v, dict)}

@@ -222,22 +222,36 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
 
 
 class _Slot:
-    def __init__(self, index: int, device: str, options: dict[str, Any], timing_lock: Any) -> None:
+    def __init__(self, index: int, device: str, options: dict[str, Any], timing_lock: Any, *,
+                 wait: bool = True) -> None:
         self.index = index
         self.device = device
         self.options = options
         self.timing_lock = timing_lock
         self.lock = threading.Lock()
         self.fingerprint: dict[str, Any] = {}
-        self._start()
+        self._launch()
+        if wait:  # else the caller waits (wait_ready), after starting its other slots meanwhile
+            self.wait_ready()
 
     def _start(self) -> None:
+        self._launch()
+        self.wait_ready()
+
+    def _launch(self) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_slot_main, args=(child, self.device, self.options, self.timing_lock),
                                 name=f"kbench-slot{self.index}", daemon=True)
         self.proc.start()
         child.close()
+
+    def wait_ready(self) -> None:
+        """Block until the worker reports its fingerprint (each takes seconds: CUDA, the sandbox probe).
+
+        Raises:
+            PrerequisiteError: it did not start within 10 minutes, or died while starting.
+        """
         if not self.conn.poll(600):
             raise PrerequisiteError(f"device worker for {self.device} did not start within 10 minutes")
         try:
@@ -306,7 +320,16 @@ class LocalExecutor(Executor):
         if plan is not None:
             for o, cpus in zip(slot_opts, plan[0]):
                 o["cpus"] = cpus
-        self._slots = [_Slot(i, d, slot_opts[i], locks[d]) for i, d in enumerate(devices)]
+        # every worker starts at once (each takes seconds), then each is waited for
+        self._slots = [_Slot(i, d, slot_opts[i], locks[d], wait=False) for i, d in enumerate(devices)]
+        try:
+            for slot in self._slots:
+                slot.wait_ready()
+        except BaseException:
+            for slot in self._slots:
+                if slot.proc.is_alive():
+                    slot.proc.kill()
+            raise
         if plan is not None:
             self._saved_affinity = set(os.sched_getaffinity(0))
             os.sched_setaffinity(0, plan[1])

@@ -59,6 +59,13 @@ def test_a_run_with_warm_up_workers_evaluates_after_each_problems_own_compile(tm
     assert s.outcomes == {"correct": 1}
     assert s.warm and all(k.startswith("_") or isinstance(v, dict) for k, v in s.warm.items())
     assert len([k for k in s.warm if not k.startswith("_")]) == 1  # the reference was warmed
+    # the run records where its start-up went: before the executor, and the executor's own start
+    from kernelbench_harness.store import Store
+
+    st = Store(f"sqlite:///{tmp_path / 'kb.db'}", create=False)
+    startup = st.get_run("warm").config["startup_s"]
+    st.close()
+    assert startup["process_to_executor"] > 0 and startup["executor"] > 0
 
 
 HANG = GOOD.replace("return [torch.rand(8)]", "import time; time.sleep(60); return [torch.rand(8)]")
@@ -197,10 +204,6 @@ def test_a_model_with_a_graph_break_is_compiled_all_inside_the_lock():
             torch._dynamo.graph_break()
             return y + 1.0
 
-    class Whole(torch.nn.Module):
-        def forward(self, x):
-            return x * 2.0 + 1.0
-
     def run(model):
         spans: list[float] = []
 
@@ -218,6 +221,5 @@ def test_a_model_with_a_graph_break_is_compiled_all_inside_the_lock():
     out, spans = run(Broken())
     assert isinstance(out["default"], float), out
     assert len(spans) == 1 and spans[0] > 0.2  # one stretch, the compiles inside it
-    out, spans = run(Whole())
-    assert isinstance(out["default"], float), out
-    assert len(spans) == 1 and spans[0] < out["default"]  # only the graph's run inside the lock
+    # (a model that is one graph runs only that graph inside the lock:
+    # test_gated_warm_up_fills_the_cache_the_plain_compile_reads counts the gate's entries)
