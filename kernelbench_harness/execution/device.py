@@ -1242,8 +1242,7 @@ class DeviceEvaluator:
             ReferenceError_: the set differs in kind or size from set 0 (the problem's inputs vary).
         """
         i = msg.get("set")
-        if (not self._share_staged or not self._share_bufs or self._share_out is None
-                or not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < ctx.n_sets):
+        if not self._share_staged or not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < ctx.n_sets:
             raise TensorFormatError(f"request for input set {str(i)[:40]} without a staging buffer or out of range")
         self._stage_requests += 1
         if self._stage_requests > self.STAGE_MAX_REQUESTS_PER_SET * ctx.n_sets:

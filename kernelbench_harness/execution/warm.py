@@ -82,7 +82,6 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
     lock: HostDeviceLock | None = None
     waits: list[float] = []
     windows: list[list[float]] = []
-    depth = _GATE_DEPTH
 
     def _lock_info() -> dict[str, Any]:
         if not gpu:
@@ -98,10 +97,10 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
             yield
             return
         with _GATE_MUTEX:
-            if depth[0]:  # nested (a benchmark inside a compiled graph's run): held already
+            if _GATE_DEPTH[0]:  # nested (a benchmark inside a compiled graph's run): held already
                 yield
                 return
-            depth[0] += 1
+            _GATE_DEPTH[0] += 1
             try:
                 with lock.hold(shared=True) as waited:
                     waits.append(waited)
@@ -115,7 +114,7 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
                             pass
                         windows.append([round(start, 6), round(time.time(), 6)])
             finally:
-                depth[0] -= 1
+                _GATE_DEPTH[0] -= 1
 
     mod = types.ModuleType("kb_warm")
     try:

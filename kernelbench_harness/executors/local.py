@@ -222,8 +222,8 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
 
 
 class _Slot:
-    def __init__(self, index: int, device: str, options: dict[str, Any], timing_lock: Any, *,
-                 wait: bool = True) -> None:
+    def __init__(self, index: int, device: str, options: dict[str, Any], timing_lock: Any) -> None:
+        """Start the worker process; :meth:`wait_ready` waits for it (the executor starts every slot first)."""
         self.index = index
         self.device = device
         self.options = options
@@ -231,8 +231,6 @@ class _Slot:
         self.lock = threading.Lock()
         self.fingerprint: dict[str, Any] = {}
         self._launch()
-        if wait:  # else the caller waits (wait_ready), after starting its other slots meanwhile
-            self.wait_ready()
 
     def _start(self) -> None:
         self._launch()
@@ -321,7 +319,7 @@ class LocalExecutor(Executor):
             for o, cpus in zip(slot_opts, plan[0]):
                 o["cpus"] = cpus
         # every worker starts at once (each takes seconds), then each is waited for
-        self._slots = [_Slot(i, d, slot_opts[i], locks[d], wait=False) for i, d in enumerate(devices)]
+        self._slots = [_Slot(i, d, slot_opts[i], locks[d]) for i, d in enumerate(devices)]
         try:
             for slot in self._slots:
                 slot.wait_ready()
