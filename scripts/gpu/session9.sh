@@ -51,16 +51,25 @@ for phase in ${PHASES//,/ }; do
     sweep) T_SWEEP=${T_SWEEP:-$(( ${T_TOTAL:-560} - SECONDS - 45 ))}  # or as given
       timeout $(( T_SWEEP + 60 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
         --db results/sweep.db --levels ${SWEEP_LEVELS:-1-3} --phase ${SWEEP_PHASE:-cold} ${SWEEP_TAG:+--tag $SWEEP_TAG} \
-        ${SWEEP_IDS:+--ids $SWEEP_IDS} ${SWEEP_GPUS:+--gpus $SWEEP_GPUS} --budget-s $T_SWEEP >> "$OUT/session.log" 2>&1 ;;
+        ${SWEEP_IDS:+--ids $SWEEP_IDS} ${SWEEP_GPUS:+--gpus $SWEEP_GPUS} --budget-s $T_SWEEP >> "$OUT/session.log" 2>&1
+      rc=$?; [ -f "$OUT/sweep_times.json" ] && mv "$OUT/sweep_times.json" "$OUT/sweep_times_${SWEEP_TAG:-sweep}.json"; (exit $rc) ;;
     cached2)
-      # the cached phase over the level-2 problems the cold run finished, in $CACHED_GPUS slots (default 0,0:
-      # two on the one GPU); a new configuration needs a new CACHED_TAG (a finished run is not run again)
+      # the cached phase over the level-2 problems the cold run finished, once per configuration in
+      # $CACHED_CONFIGS ("GPUS=TAG ...", default "0,0=2slots": two slots on the one GPU), each under
+      # $T_CACHED seconds (default: what is left of $T_TOTAL); a finished run is not run again, so a new
+      # configuration needs a new tag
       ids=$(python3 -c "import sqlite3;c=sqlite3.connect('results/sweep.db');print(','.join(str(r[0]) for r in c.execute(\"select distinct s.problem_id from samples s join runs r on r.id=s.run_id join attempts a on a.sample_pk=s.id join results x on x.attempt_pk=a.id where r.run_name='sweep-cold-l23' and s.level=2 order by 1\")))")
       echo "cached over level-2 ids: $ids" >> "$OUT/session.log"
-      T_C=$(( ${T_TOTAL:-560} - SECONDS - 45 ))
-      [ -n "$ids" ] && timeout $(( T_C + 60 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
-        --db results/sweep.db --levels 2 --phase cached --tag l2-${CACHED_TAG:-2slots} --ids "$ids" --gpus ${CACHED_GPUS:-0,0} \
-        --budget-s $T_C >> "$OUT/session.log" 2>&1 ;;
+      for cfg in ${CACHED_CONFIGS:-${CACHED_GPUS:-0,0}=${CACHED_TAG:-2slots}}; do
+        left=$(( ${T_TOTAL:-560} - SECONDS - 45 ))
+        T_C=${T_CACHED:-$left}; [ $T_C -gt $left ] && T_C=$left
+        [ $T_C -lt 30 ] && { echo "cached ${cfg}: no time left" >> "$OUT/session.log"; continue; }
+        echo "--- cached ${cfg} $(date -u +%T) budget ${T_C}s" >> "$OUT/session.log"
+        [ -n "$ids" ] && timeout $(( T_C + 60 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
+          --db results/sweep.db --levels 2 --phase cached --tag l2-${cfg#*=} --ids "$ids" --gpus ${cfg%%=*} \
+          --budget-s $T_C >> "$OUT/session.log" 2>&1
+        [ -f "$OUT/sweep_times.json" ] && mv "$OUT/sweep_times.json" "$OUT/sweep_times_${cfg#*=}.json"
+      done ;;
     *) echo "unknown phase $phase" >> "$OUT/session.log" ;;
   esac
   echo "$phase: rc=$? $((SECONDS - t0))s" >> "$OUT/session.log"
