@@ -83,6 +83,9 @@ def main() -> int:
         if trial:  # inside correctness: the candidate process's load, call, checks; the trusted comparisons
             print("   inside correctness: " + ", ".join(f"{k} {v:.1f} s" for k, v in
                                                        sorted(trial.items(), key=lambda kv: -kv[1])))
+        if "yields" in phases:  # a slot gave way to another's timing window (DeviceEvaluator._gpu_yield)
+            print(f"   gave way to other slots' windows: {phases['yields']:.0f} time(s), "
+                  f"{phases.get('yield_wait', 0.0):.1f} s waiting")
         startup = (info.config or {}).get("startup_s")
         if startup:  # before the run's record: interpreter, imports, problems; then the device slots
             print("   start-up: " + ", ".join(f"{k} {v} s" for k, v in startup.items()))

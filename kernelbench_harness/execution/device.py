@@ -80,7 +80,12 @@ def timing_set_count(rotate_inputs: int, n_correct: int, set_nbytes: int, total_
 
 
 class ReferenceError_(RuntimeError):
-    """The problem's own reference failed (bad problem file, unsupported op on this device)."""
+    """The problem's own reference failed (bad problem file, unsupported op on this device); ``oom``: the
+    trusted side ran out of device memory evaluating it (beside the candidate's process)."""
+
+    def __init__(self, message: str, oom: bool = False) -> None:
+        super().__init__(message)
+        self.oom = oom
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +305,8 @@ class ProblemContext:
     REF_BUDGET_CUDA_FRACTION = 0.10  # of the device's total memory, when the variable is not set
     # a lazy comparison whose set's references take at least this much hands its allocator cache back
     EMPTY_CACHE_MIN_BYTES = 256 << 20
+    #: the fraction of the device's memory the slot plans for (see DeviceEvaluator's ``memory_share``)
+    memory_share: float = 1.0
 
     @classmethod
     def reference_budget_bytes(cls, device: torch.device) -> int | None:
@@ -585,7 +592,7 @@ class ProblemContext:
     def timing_sets(self) -> list[int]:
         """The input sets the candidate's timing cycles through (``protocol.rotate_inputs``), fewer where
         the candidate's process could not hold them (:func:`timing_set_count`)."""
-        total = (torch.cuda.get_device_properties(self.device).total_memory
+        total = (int(torch.cuda.get_device_properties(self.device).total_memory * self.memory_share)
                  if self.device.type == "cuda" else None)
         return list(range(timing_set_count(self.protocol.rotate_inputs, self.n_correct, self.share_set_nbytes, total)))
 
@@ -634,8 +641,6 @@ class ProblemContext:
             ReferenceError_: evaluating the reference failed (out of device memory on the trusted side,
                 say): not the candidate's doing.
         """
-        p = self.protocol
-        grad = torch.no_grad if p.reference_no_grad else torch.enable_grad
         def inputs() -> tuple[list[Any], list[Any]]:
             """(the set on the device at get_inputs' dtypes, the run-precision inputs as refreshed)."""
             raw = self.set_values(set_idx)
@@ -646,8 +651,33 @@ class ProblemContext:
             return raw, vals
 
         try:
+            return self._compare_once(outs, set_idx, round_, inputs, tight=False)
+        except torch.OutOfMemoryError:
+            if self.device.type != "cuda":
+                raise ReferenceError_(f"the reference fails on input set {set_idx} at comparison: out of memory",
+                                      oom=True) from None
+        # out of device memory beside the candidate's process: once more with the cache handed back and
+        # the path that needs less
+        torch.cuda.empty_cache()
+        try:
+            return self._compare_once(outs, set_idx, round_, inputs, tight=True)
+        except torch.OutOfMemoryError as e:
+            raise ReferenceError_(f"the reference fails on input set {set_idx} at comparison: "
+                                  f"{type(e).__name__}: {e}", oom=True) from None
+
+    def _compare_once(self, outs: list[Any], set_idx: int, round_: int | None,
+                      inputs: Callable[[], tuple[list[Any], list[Any]]], tight: bool) -> Comparison:
+        """One attempt of :meth:`compare_on`; ``tight`` takes the path that needs less device memory.
+
+        Raises:
+            torch.OutOfMemoryError: the device ran out of memory (the caller may try again).
+            ReferenceError_: the reference failed otherwise.
+        """
+        p = self.protocol
+        grad = torch.no_grad if p.reference_no_grad else torch.enable_grad
+        try:
             with grad():
-                if self.fp64_judge and self._memory_tight():
+                if self.fp64_judge and (tight or self._memory_tight()):
                     # too little free device memory for the inputs, their float64 upcast and the outputs
                     # at once: the reference first, then a second copy of the set for the float64 twin
                     raw, vals = inputs()
@@ -679,6 +709,8 @@ class ProblemContext:
                     if up is not None:
                         ref64 = _detach_outputs(self._m64(*up))
                         del up
+        except torch.OutOfMemoryError:
+            raise
         except Exception as e:  # the reference (or the trusted side's memory) failed, not the candidate
             raise ReferenceError_(f"the reference fails on input set {set_idx} at comparison: "
                                   f"{type(e).__name__}: {e}") from None
@@ -727,13 +759,21 @@ class DeviceEvaluator:
         start_method: ``zygote`` or ``spawn`` (see :mod:`.process`).
         memory_limit_bytes: resident-memory limit of a candidate process (host memory).
         sandbox: apply the sandbox (network, Landlock, limits) to candidate processes.
+        memory_share: the fraction of the device's memory this slot plans for (its shared input sets,
+            timing copies and stored references): 1/N with N slots on one GPU (``--gpus 0,0``).
+
+    Raises:
+        ValueError: ``memory_share`` is not in (0, 1].
     """
 
     def __init__(self, device: str = "cpu", *, scratch_dir: str | os.PathLike[str] | None = None,
                  build_cache: str | os.PathLike[str] | None = None, start_method: str = "zygote",
                  memory_limit_bytes: int | None = None, sandbox: bool = True,
                  extra_env: dict[str, str] | None = None, timing_lock: Any = None,
-                 physical_device: str | None = None) -> None:
+                 physical_device: str | None = None, memory_share: float = 1.0) -> None:
+        if not 0.0 < memory_share <= 1.0:
+            raise ValueError(f"memory_share={memory_share!r}: expected a fraction in (0, 1]")
+        self.memory_share = float(memory_share)
         self.device = torch.device(device if device != "cuda" else "cuda:0")
         self.timing_lock = timing_lock
         self.physical_device = physical_device or str(self.device)
@@ -908,6 +948,8 @@ class DeviceEvaluator:
         """
         key = (problem.code_sha256, protocol.fingerprint(), run_seed)
         budget = ProblemContext.reference_budget_bytes(self.device)
+        if budget is not None and self.device.type == "cuda" and not os.environ.get(ProblemContext.REF_BUDGET_ENV):
+            budget = int(budget * self.memory_share)  # the default share of the device, per slot on it
         ctx = self._contexts.get(key)
         if ctx is None or ctx.ref_budget_bytes != budget:
             for k in list(self._contexts):
@@ -916,6 +958,7 @@ class DeviceEvaluator:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             ctx = ProblemContext(problem, protocol, run_seed, self.device, self.scratch, ref_budget_bytes=budget)
+            ctx.memory_share = self.memory_share
             self._contexts[key] = ctx
         return ctx
 
@@ -1055,6 +1098,41 @@ class DeviceEvaluator:
             self._gpu_share = None
             lk.release()
 
+    def _gpu_yield(self, h: ChildHandle | None, phase: dict[str, float] | None = None) -> float:
+        """Let a timing window that another slot (or run) queued on this device go first: where this
+        slot holds the host lock shared (:meth:`_gpu_work`) and someone waits at its turnstile
+        (:meth:`.scratch.HostDeviceLock.contended`), finish this process's GPU work, stop the
+        candidate's process (SIGSTOP, its process group when sandboxed: no thread of it runs while
+        the other slot times), give the lock up and take it back shared, which waits for the window
+        to end, then let the process go on.
+
+        Call it only where the candidate's process waits for the trusted side's next command: its
+        honest GPU work is then finished (each of its answers follows a device synchronisation).
+        Without this, a window waits for every other slot's whole candidate (process start, build,
+        correctness, rechecks: seconds); with it, for the step a slot is in.
+
+        Args:
+            h: the candidate's process, or None.
+            phase: where the seconds spent waiting are added up (``yield_wait``), or None.
+
+        Returns:
+            Seconds waited (0.0 when nobody was queued or no host lock is held).
+        """
+        lk = self._gpu_share
+        if lk is None or not lk.contended():
+            return 0.0
+        t0 = time.perf_counter()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        with _stopped(h, self.sandbox_on):
+            lk.release()
+            lk.acquire(shared=True)
+        waited = time.perf_counter() - t0
+        if phase is not None:
+            phase["yield_wait"] = phase.get("yield_wait", 0.0) + waited
+            phase["yields"] = phase.get("yields", 0.0) + 1.0
+        return waited
+
     def _evaluate(self, job: EvalJob) -> EvalResult:
         t_start = time.perf_counter()
         cand, protocol = job.candidate, job.protocol
@@ -1178,7 +1256,8 @@ class DeviceEvaluator:
                 return None
         out_nbytes = _devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
         plan = share_plan(ctx.n_sets, ctx.share_set_nbytes, out_nbytes,
-                          torch.cuda.get_device_properties(self.device).total_memory, self.SHARE_MAX_FRACTION)
+                          int(torch.cuda.get_device_properties(self.device).total_memory * self.memory_share),
+                          self.SHARE_MAX_FRACTION)
         if plan is None:
             return None
         staged = plan == "staged"
@@ -1402,6 +1481,7 @@ class DeviceEvaluator:
             # hand this process's cached, unused device memory back, for the candidate's process to use
             torch.cuda.empty_cache()
         try:
+            self._gpu_yield(None, phase)  # the reference and the shared sets are ready; no process yet
             h = self.launcher.start(childjob, self._sandbox_cfg(jobdir, job.timeout_s))
             h.watch_memory(self.memory_limit)
             mono0 = time.monotonic()
@@ -1428,9 +1508,15 @@ class DeviceEvaluator:
                                                   extra={"sandbox": env_note, "build": build_info}), jobdir)
             state = "run"
             run_deadline = time.monotonic() + job.timeout_s
+            # between the steps below the candidate's process waits for the next command and does no GPU
+            # work: a timing window another slot queued on this device is let in there (_gpu_yield)
+            self._gpu_yield(h, phase)
+            h.chan.send({"cmd": "construct"})
             constructed = expect(run_deadline, "constructed")
             weights = constructed.get("weights") or {}
             mark("build_construct")
+            self._gpu_yield(h, phase)
+            h.chan.send({"cmd": "next"})
             ok = True
             for i in range(ctx.n_correct):
                 msg = expect(run_deadline, "output")
@@ -1444,13 +1530,16 @@ class DeviceEvaluator:
                     ok = False
                     h.chan.send({"cmd": "stop"})
                     break
+                self._gpu_yield(h, phase)
                 h.chan.send({"cmd": "next"} if i + 1 < ctx.n_correct else {"cmd": "continue"})
             static_cheat = any(f.severity is Severity.CHEAT for f in findings)
             mark("correctness")  # candidate calls and trusted-side comparisons
             if ok and not static_cheat and job.protocol.ablate_kernels:
+                self._gpu_yield(h, phase)
                 self._ablate(h, ctx, jobdir, findings, expect, run_deadline)
                 mark("ablation")
             if ok and self.device.type == "cuda":
+                self._gpu_yield(h, phase)
                 h.chan.send({"cmd": "profile", "set": 0})
                 profile = expect(run_deadline, "profile").get("profile") or {}
                 mark("profile")
@@ -1500,6 +1589,7 @@ class DeviceEvaluator:
                 def recheck(set_idx: int, inplace: bool) -> Comparison:
                     if self.device.type == "cuda":
                         torch.cuda.empty_cache()
+                    self._gpu_yield(h, phase)
                     h.chan.send({"cmd": "recheck", "set": set_idx, "inplace": inplace})
                     msg = expect(run_deadline + job.timeout_s, "output")
                     return ctx.compare(self._read_outputs(msg, jobdir), set_idx)
@@ -1533,7 +1623,8 @@ class DeviceEvaluator:
             # process ended here
             if h is not None:
                 h.kill("reference failed")
-            return self._finish(h, EvalResult(Outcome.RUNTIME_ERROR, compiled=state not in ("start", "build"),
+            return self._finish(h, EvalResult(Outcome.OOM if e.oom else Outcome.RUNTIME_ERROR,
+                                              compiled=state not in ("start", "build"),
                                               error=f"reference failed: {e}", findings=tuple(findings),
                                               extra={"reference_error": True, "phase": state,
                                                      "sandbox": env_note}), jobdir)
@@ -1773,6 +1864,24 @@ def _log_tail(jobdir: Path, n: int = 4000) -> str:
         return ""
 
 
+def _wait_stopped(pid: int, timeout_s: float = 0.5) -> bool:
+    """Wait until ``pid`` is stopped (``/proc/<pid>/stat`` state ``T``): a signal is delivered
+    asynchronously, and the process runs on until then. False when it is not stopped by ``timeout_s``
+    (or /proc cannot tell)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().rsplit(b") ", 1)[1][:1]
+        except (OSError, IndexError):
+            return False
+        if state in (b"T", b"t", b"Z", b"X"):
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.0005)
+
+
 @contextlib.contextmanager
 def _stopped(h: ChildHandle | None, own_group: bool) -> Iterator[None]:
     """SIGSTOP the candidate's process (its whole process group when sandboxed: it leads one) for the
@@ -1785,6 +1894,8 @@ def _stopped(h: ChildHandle | None, own_group: bool) -> Iterator[None]:
             stopped = True
         except OSError:
             pass
+        else:
+            _wait_stopped(h.pid)
     try:
         yield
     finally:

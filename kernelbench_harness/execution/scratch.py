@@ -197,6 +197,27 @@ class HostDeviceLock:
                 os.close(turn)
         return time.perf_counter() - t0
 
+    def contended(self) -> bool:
+        """Whether another process is queued at the turnstile: a timing window waiting for the shared
+        holders to drain (or, for an instant, another acquirer passing through). A shared holder that
+        sees this at a point where it has no GPU work in flight can :meth:`release` and :meth:`acquire`
+        again, so the window waits for that point instead of for the end of the whole stretch.
+
+        Raises:
+            OSError: the turnstile file cannot be opened.
+        """
+        self.folder.mkdir(parents=True, exist_ok=True)
+        turn = self._open(self.turn_path)
+        try:
+            try:
+                fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(turn, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(turn)
+
     def release(self) -> None:
         """Release the lock (a no-op when not held)."""
         if self._fd >= 0:

@@ -190,7 +190,8 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
     ev = DeviceEvaluator(dev, scratch_dir=options.get("scratch_dir"), build_cache=options.get("build_cache"),
                          start_method=options.get("start_method", "zygote"),
                          memory_limit_bytes=options.get("memory_limit_bytes"), sandbox=options.get("sandbox", True),
-                         timing_lock=timing_lock, physical_device=device)
+                         timing_lock=timing_lock, physical_device=device,
+                         memory_share=float(options.get("memory_share", 1.0)))
     fp = ev.fingerprint()
     fp["slot_device"] = device
     if hasattr(os, "sched_getaffinity"):
@@ -266,6 +267,7 @@ class _Slot:
                 self.conn.send(msg)
                 return self.conn.recv()
             except (EOFError, OSError, BrokenPipeError) as e:
+                self.proc.join(timeout=5)  # reaped, so the exit code (a negative signal number) is known
                 code = self.proc.exitcode
                 log.error("device worker %s died (exit code %s); restarting", self.device, code)
                 try:
@@ -314,7 +316,8 @@ class LocalExecutor(Executor):
             if explicit and per_slot and plan is None:
                 log.warning("--timing-cpus %s: too few cores (%d) for %d slot(s); not pinning", per_slot,
                             len(avail), len(devices))
-        slot_opts = [dict(self.options) for _ in devices]
+        # N slots on one GPU plan for 1/N of its memory each (shared input sets, timing copies, references)
+        slot_opts = [{**self.options, "memory_share": 1.0 / devices.count(d)} for d in devices]
         if plan is not None:
             for o, cpus in zip(slot_opts, plan[0]):
                 o["cpus"] = cpus

@@ -1,0 +1,247 @@
+"""A slot's untimed stretch gives way to a timing window queued on the same device (``--gpus 0,0,0``).
+
+A slot holds the device's host lock shared for its whole candidate (process start, build, correctness,
+rechecks: seconds), and a window takes it exclusively, so before this a window waited for the end of
+every other slot's candidate: in session 9 three slots on one H200 were slower than two. Now, where the
+candidate's process waits for the trusted side's next command, a slot that sees a window queued
+(:meth:`HostDeviceLock.contended`) stops that process, gives the lock up and takes it back after the
+window (:meth:`DeviceEvaluator._gpu_yield`).
+
+Simulated on the CPU with lock handles in threads (``flock`` locks on separate open files conflict as
+between processes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from execution.evalkit import AFFINE, FAST_KBENCH, describe, evaluate
+from kernelbench_harness.core import Outcome
+from kernelbench_harness.execution.device import DeviceEvaluator
+from kernelbench_harness.execution.scratch import HostDeviceLock
+
+
+def _key() -> str:
+    return f"test-{uuid.uuid4().hex}"
+
+
+def _wait_until(cond, timeout_s: float = 10.0) -> bool:  # noqa: ANN001
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def test_contended_sees_a_queued_exclusive_holder_and_only_that():
+    key = _key()
+    holder, window = HostDeviceLock(key), HostDeviceLock(key)
+    holder.acquire(shared=True)
+    try:
+        assert not holder.contended()  # nobody queued
+        other = HostDeviceLock(key)
+        other.acquire(shared=True)  # another shared holder is no reason to give way
+        assert not holder.contended()
+        other.release()
+        got: list[float] = []
+        t = threading.Thread(target=lambda: got.append(window.acquire()))
+        t.start()
+        assert _wait_until(holder.contended), "a window waiting for the lock is not seen"
+        assert not got  # it waits for the shared hold
+        holder.release()
+        t.join(5)
+        assert got, "the window did not get the lock once the shared holder let go"
+        window.release()
+        assert not holder.contended()
+    finally:
+        holder.release()
+        window.release()
+
+
+def _steps(ev: DeviceEvaluator, n: int, step_s: float, spans: list[list[float]], yields: bool) -> None:
+    with ev._gpu_work():
+        for _ in range(n):
+            t0 = time.time()
+            time.sleep(step_s)
+            spans.append([t0, time.time()])
+            if yields:
+                ev._gpu_yield(None)
+
+
+@pytest.mark.parametrize("yields", [True, False])
+def test_a_queued_window_waits_for_one_step_not_the_whole_stretch(tmp_path: Path, yields: bool) -> None:
+    key = _key()
+    a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=False, timing_lock=threading.Lock())
+    b = DeviceEvaluator("cpu", scratch_dir=tmp_path / "b", sandbox=False, timing_lock=threading.Lock())
+    a.host_lock_key = b.host_lock_key = key
+    steps: list[list[float]] = []
+    try:
+        t = threading.Thread(target=_steps, args=(a, 8, 0.1, steps, yields))
+        t.start()
+        assert _wait_until(lambda: len(steps) >= 1)
+        with b.timing_window("candidate") as w:
+            time.sleep(0.05)
+        t.join(10)
+        assert not t.is_alive()
+        waited = w["host_lock_wait_s"]
+        for s in steps:  # never inside the window, either way
+            assert not (s[0] < w["end"] and w["start"] < s[1]), (s, w)
+        if yields:
+            assert waited < 0.35, f"the window waited {waited:.2f} s: more than a step or two of 0.1 s"
+        else:
+            assert waited > 0.45, f"without yields the window waits for the stretch (6-7 steps left), not {waited:.2f} s"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_candidate_process_is_stopped_while_it_gives_way(tmp_path: Path) -> None:
+    """No thread of the yielding slot's candidate can launch work into the other slot's window."""
+    key = _key()
+    ticks = tmp_path / "ticks"
+    # a stand-in candidate process that appends a tick every 5 ms, in its own process group like a
+    # sandboxed candidate (setsid)
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import time,sys\nf=open(sys.argv[1],'a',buffering=1)\n"
+                             "while True:\n    f.write('x\\n'); time.sleep(0.005)\n", str(ticks)],
+                            start_new_session=True)
+    a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=True)
+    a.host_lock_key = key
+    window = HostDeviceLock(key)
+    try:
+        assert _wait_until(lambda: ticks.exists() and ticks.stat().st_size > 0)
+        during: list[int] = []
+        states: list[str] = []
+
+        def other_slot() -> None:
+            window.acquire()  # queued behind a's shared hold until a gives way
+            try:
+                n0 = ticks.stat().st_size
+                states.append(Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0])
+                time.sleep(0.2)
+                during.append(ticks.stat().st_size - n0)
+            finally:
+                window.release()
+
+        with a._gpu_work():
+            t = threading.Thread(target=other_slot)
+            t.start()
+            assert _wait_until(a._gpu_share.contended)
+            phase: dict[str, float] = {}
+            waited = a._gpu_yield(SimpleNamespace(pid=proc.pid), phase)
+            t.join(5)
+            assert a._gpu_share is not None  # held again, shared
+        assert states == ["T"], f"the candidate's process was not stopped during the window: {states}"
+        assert during == [0], f"the candidate's process ran during the other slot's window: {during}"
+        assert waited >= 0.2 and phase["yields"] == 1.0 and phase["yield_wait"] == pytest.approx(waited)
+        size = ticks.stat().st_size
+        assert _wait_until(lambda: ticks.stat().st_size > size), "the process was not let go on afterwards"
+    finally:
+        proc.kill()
+        proc.wait()
+        window.release()
+        a.close()
+
+
+def test_without_a_queued_window_nothing_gives_way(tmp_path: Path) -> None:
+    a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=False)
+    a.host_lock_key = _key()
+    try:
+        assert a._gpu_yield(None) == 0.0  # no hold at all
+        with a._gpu_work():
+            phase: dict[str, float] = {}
+            assert a._gpu_yield(SimpleNamespace(pid=os.getpid()), phase) == 0.0
+            assert phase == {}
+    finally:
+        a.close()
+
+
+def test_a_candidate_evaluates_alike_when_a_window_cuts_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end on the CPU: another slot's window arrives once the candidate is constructed; the slot
+    gives way there (its candidate's process stopped meanwhile) and the verdict is unchanged."""
+    from execution.test_reference_budget import CORRECT
+
+    key = _key()
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    ev.host_lock_key = key
+    window = HostDeviceLock(key)
+    calls: list[int] = []
+    seen: dict[str, object] = {}
+    orig = DeviceEvaluator._gpu_yield
+
+    def cut_in(self, h, phase=None):  # noqa: ANN001, ANN202
+        calls.append(1)
+        if len(calls) == 2 and h is not None:  # after "constructed": the process waits for "next"
+
+            def other_slot() -> None:
+                window.acquire()
+                try:
+                    seen["state"] = Path(f"/proc/{h.pid}/stat").read_text().split(") ")[1][0]
+                    time.sleep(0.1)
+                finally:
+                    window.release()
+
+            t = threading.Thread(target=other_slot)
+            t.start()
+            seen["thread"] = t
+            assert _wait_until(self._gpu_share.contended)
+        return orig(self, h, phase)
+
+    monkeypatch.setattr(DeviceEvaluator, "_gpu_yield", cut_in)
+    try:
+        res = evaluate(ev, CORRECT, AFFINE)
+        seen["thread"].join(5)  # type: ignore[attr-defined]
+        assert res.outcome is Outcome.CORRECT, describe(res)
+        assert res.phase_s.get("yields") == 1.0 and res.phase_s["yield_wait"] >= 0.1, res.phase_s
+        assert seen.get("state") == "T"
+        assert len(calls) >= 4  # before the process, after its build, after construction, per trial
+        assert "trial_call_first" in res.phase_s
+    finally:
+        window.release()
+        ev.close()
+
+
+def test_memory_share_is_a_fraction(tmp_path: Path) -> None:
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="memory_share"):
+            DeviceEvaluator("cpu", scratch_dir=tmp_path / "x", sandbox=False, memory_share=bad)
+
+
+def test_the_trusted_side_out_of_memory_judging_is_an_oom(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """L1/19 on an H200 (session 10): the trusted side ran out of device memory judging the re-check beside
+    the candidate's timing copies; that is an ``oom``, not a runtime error of the candidate."""
+    import torch
+
+    from execution.test_reference_budget import CORRECT
+    from kernelbench_harness.execution.device import ProblemContext, ReferenceError_
+
+    calls: list[bool] = []
+
+    def oom(self, outs, set_idx, round_, inputs, tight):  # noqa: ANN001, ANN202
+        calls.append(tight)
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(ProblemContext, "_compare_once", oom)
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    try:
+        ctx = ev.context(AFFINE, FAST_KBENCH, 0)
+
+        with pytest.raises(ReferenceError_) as ei:
+            ctx.compare_on(0, None, [torch.zeros(1)])
+        assert ei.value.oom and calls == [False]  # off a GPU, no second try
+        monkeypatch.setattr(ProblemContext, "compare", lambda self, outs, i: (_ for _ in ()).throw(
+            ReferenceError_("the reference fails on input set 0 at comparison: out of memory", oom=True)))
+        res = evaluate(ev, CORRECT, AFFINE)
+        assert res.outcome is Outcome.OOM, describe(res)
+        assert res.extra.get("reference_error") and "out of memory" in (res.error or "")
+    finally:
+        ev.close()
