@@ -4,6 +4,8 @@
 #   check     scripts/gpu/devshare_check.py (shared buffers after stop 16's review)
 #   exploits  scripts/gpu/exploits.py (the GPU exploit suite with stop 16's checks)
 #   hostload  scripts/gpu/host_load.py (do host-bound timings follow the load on the other CPUs?)
+#   sweep2    a second sweep (SWEEP2_* variables, T_SWEEP2 seconds)
+#   cached2   the cached sweep over the level-2 problems done cold, per CACHED_CONFIGS
 #   sweep     (the time left of $T_TOTAL, default 560 s) scripts/gpu/sweep.py --levels $SWEEP_LEVELS --phase $SWEEP_PHASE --tag $SWEEP_TAG
 set -u -o pipefail
 OUT=${OUT:-/tmp/kbench-out}
@@ -11,7 +13,7 @@ mkdir -p "$OUT" results
 export PYTHONUNBUFFERED=1 KBENCH_SANDBOX_LAYERS=${KBENCH_SANDBOX_LAYERS:-netns,caps}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
-[ -f results/sweep.db ] || { [ -f .gpu/sweep.db ] && cp .gpu/sweep.db results/sweep.db; }
+[ -f results/sweep.db ] || { [ -f .gpu/sweep.db ] && cp .gpu/sweep.db results/sweep.db && chmod u+w results/sweep.db; }
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader
   python3 -c "import torch,triton,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)"
   git log --oneline -1; nproc; } >> "$OUT/session.log" 2>&1
@@ -53,6 +55,11 @@ for phase in ${PHASES//,/ }; do
         --db results/sweep.db --levels ${SWEEP_LEVELS:-1-3} --phase ${SWEEP_PHASE:-cold} ${SWEEP_TAG:+--tag $SWEEP_TAG} \
         ${SWEEP_IDS:+--ids $SWEEP_IDS} ${SWEEP_GPUS:+--gpus $SWEEP_GPUS} --budget-s $T_SWEEP >> "$OUT/session.log" 2>&1
       rc=$?; [ -f "$OUT/sweep_times.json" ] && mv "$OUT/sweep_times.json" "$OUT/sweep_times_${SWEEP_TAG:-sweep}.json"; (exit $rc) ;;
+    sweep2) # a second sweep in the same call, from $SWEEP2_LEVELS, $SWEEP2_IDS, $SWEEP2_TAG, $SWEEP2_GPUS, $T_SWEEP2
+      timeout $(( ${T_SWEEP2:-120} + 60 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
+        --db results/sweep.db --levels ${SWEEP2_LEVELS:-1} --phase cold --tag ${SWEEP2_TAG:-sweep2} \
+        ${SWEEP2_IDS:+--ids $SWEEP2_IDS} ${SWEEP2_GPUS:+--gpus $SWEEP2_GPUS} --budget-s ${T_SWEEP2:-120} >> "$OUT/session.log" 2>&1
+      rc=$?; [ -f "$OUT/sweep_times.json" ] && mv "$OUT/sweep_times.json" "$OUT/sweep_times_${SWEEP2_TAG:-sweep2}.json"; (exit $rc) ;;
     cached2)
       # the cached phase over the level-2 problems the cold run finished, once per configuration in
       # $CACHED_CONFIGS ("GPUS=TAG ...", default "0,0=2slots": two slots on the one GPU), each under
