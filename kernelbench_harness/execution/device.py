@@ -761,6 +761,11 @@ class DeviceEvaluator:
         sandbox: apply the sandbox (network, Landlock, limits) to candidate processes.
         memory_share: the fraction of the device's memory this slot plans for (its shared input sets,
             timing copies and stored references): 1/N with N slots on one GPU (``--gpus 0,0``).
+        window_queue: ``(flags, index)``: a shared byte array with one flag per slot of the run on this
+            physical device (``multiprocessing.Array``) and this slot's index in it. A slot sets its flag
+            while it waits for or holds a timing window; the others give way at their next step and stay
+            paused until no flag is set (:meth:`_gpu_yield`). None: only other processes' windows queued
+            at the host lock's turnstile are seen.
 
     Raises:
         ValueError: ``memory_share`` is not in (0, 1].
@@ -770,7 +775,9 @@ class DeviceEvaluator:
                  build_cache: str | os.PathLike[str] | None = None, start_method: str = "zygote",
                  memory_limit_bytes: int | None = None, sandbox: bool = True,
                  extra_env: dict[str, str] | None = None, timing_lock: Any = None,
-                 physical_device: str | None = None, memory_share: float = 1.0) -> None:
+                 physical_device: str | None = None, memory_share: float = 1.0,
+                 window_queue: tuple[Any, int] | None = None) -> None:
+        self.window_queue = window_queue
         if not 0.0 < memory_share <= 1.0:
             raise ValueError(f"memory_share={memory_share!r}: expected a fraction in (0, 1]")
         self.memory_share = float(memory_share)
@@ -864,19 +871,43 @@ class DeviceEvaluator:
         """Hold the device's timing lock (shared by every slot on the same physical device) while
         timing, and record the wall-clock window: evidence that no two timings shared a device."""
         resume = self._gpu_share
-        if resume is not None:
-            # this slot's untimed GPU work holds the host lock shared: finish it and give the lock up
-            # before queueing for the window (holding it while waiting for the run's timing lock would
-            # deadlock with a slot that holds that and waits for this one's shared hold to end)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            resume.release()
+        self._mark_queued(True)  # the run's other slots on this device give way from their next step
         try:
+            if resume is not None:
+                # this slot's untimed GPU work holds the host lock shared: finish it and give the lock up
+                # before queueing for the window (holding it while waiting for the run's timing lock would
+                # deadlock with a slot that holds that and waits for this one's shared hold to end)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                resume.release()
             with self._timing_window(what) as window:
                 yield window
         finally:
+            self._mark_queued(False)
             if resume is not None:
-                resume.acquire(shared=True)
+                self._take_shared(resume)
+
+    def _mark_queued(self, on: bool) -> None:
+        """Set this slot's flag in the run's per-device window queue (``window_queue``): it waits for or
+        holds a timing window."""
+        if self.window_queue is not None:
+            flags, i = self.window_queue
+            flags[i] = 1 if on else 0
+
+    def _windows_queued(self) -> bool:
+        """Whether another of the run's slots on this device waits for or holds a timing window."""
+        if self.window_queue is None:
+            return False
+        flags, i = self.window_queue
+        return any(f for j, f in enumerate(flags[:]) if j != i)
+
+    def _take_shared(self, lk: HostDeviceLock) -> None:
+        """Take the host lock shared again after a window or a yield, once none of the run's slots on this
+        device waits for a window any more: the run's queued windows then follow each other while every
+        slot is paused, instead of each waiting for the others to reach their next step again."""
+        while self._windows_queued():
+            time.sleep(0.002)
+        lk.acquire(shared=True)
 
     @contextlib.contextmanager
     def _timing_window(self, what: str) -> Iterator[dict[str, Any]]:
@@ -1119,14 +1150,14 @@ class DeviceEvaluator:
             Seconds waited (0.0 when nobody was queued or no host lock is held).
         """
         lk = self._gpu_share
-        if lk is None or not lk.contended():
+        if lk is None or not (self._windows_queued() or lk.contended()):
             return 0.0
         t0 = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         with _stopped(h, self.sandbox_on):
             lk.release()
-            lk.acquire(shared=True)
+            self._take_shared(lk)
         waited = time.perf_counter() - t0
         if phase is not None:
             phase["yield_wait"] = phase.get("yield_wait", 0.0) + waited

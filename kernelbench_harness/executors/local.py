@@ -12,6 +12,7 @@ import asyncio
 import logging
 import multiprocessing as mp
 import os
+import signal
 import threading
 import traceback
 from typing import Any
@@ -163,9 +164,17 @@ def _die_with_parent() -> None:
         pass
 
 
-def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any = None) -> None:
+def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any = None,
+               window_queue: tuple[Any, int] | None = None) -> None:
     """Device-worker process: owns one device, serves jobs until told to stop."""
     _die_with_parent()
+    import faulthandler
+
+    # its Python stacks on SIGUSR1 (scripts/gpu's lock watch asks a long holder of the device's lock);
+    # without a handler the signal would end the worker
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if window_queue is not None:
+        window_queue[0][window_queue[1]] = 0  # a restarted worker's predecessor may have died in a window
     from ..execution.sandbox import make_undumpable
 
     make_undumpable()
@@ -191,7 +200,7 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
                          start_method=options.get("start_method", "zygote"),
                          memory_limit_bytes=options.get("memory_limit_bytes"), sandbox=options.get("sandbox", True),
                          timing_lock=timing_lock, physical_device=device,
-                         memory_share=float(options.get("memory_share", 1.0)))
+                         memory_share=float(options.get("memory_share", 1.0)), window_queue=window_queue)
     fp = ev.fingerprint()
     fp["slot_device"] = device
     if hasattr(os, "sched_getaffinity"):
@@ -223,12 +232,14 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
 
 
 class _Slot:
-    def __init__(self, index: int, device: str, options: dict[str, Any], timing_lock: Any) -> None:
+    def __init__(self, index: int, device: str, options: dict[str, Any], timing_lock: Any,
+                 window_queue: tuple[Any, int] | None = None) -> None:
         """Start the worker process; :meth:`wait_ready` waits for it (the executor starts every slot first)."""
         self.index = index
         self.device = device
         self.options = options
         self.timing_lock = timing_lock
+        self.window_queue = window_queue
         self.lock = threading.Lock()
         self.fingerprint: dict[str, Any] = {}
         self._launch()
@@ -240,7 +251,7 @@ class _Slot:
     def _launch(self) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_slot_main, args=(child, self.device, self.options, self.timing_lock),
+        self.proc = ctx.Process(target=_slot_main, args=(child, self.device, self.options, self.timing_lock, self.window_queue),
                                 name=f"kbench-slot{self.index}", daemon=True)
         self.proc.start()
         child.close()
@@ -322,7 +333,11 @@ class LocalExecutor(Executor):
             for o, cpus in zip(slot_opts, plan[0]):
                 o["cpus"] = cpus
         # every worker starts at once (each takes seconds), then each is waited for
-        self._slots = [_Slot(i, d, slot_opts[i], locks[d]) for i, d in enumerate(devices)]
+        # per physical device, one flag per slot on it: set while the slot waits for or holds a window
+        queues = {d: ctx.Array("b", devices.count(d)) for d in devices}
+        index_on = [devices[:i].count(d) for i, d in enumerate(devices)]
+        self._slots = [_Slot(i, d, slot_opts[i], locks[d], (queues[d], index_on[i]))
+                       for i, d in enumerate(devices)]
         try:
             for slot in self._slots:
                 slot.wait_ready()

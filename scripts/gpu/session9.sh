@@ -65,7 +65,7 @@ for phase in ${PHASES//,/ }; do
       # $CACHED_CONFIGS ("GPUS=TAG ...", default "0,0=2slots": two slots on the one GPU), each under
       # $T_CACHED seconds (default: what is left of $T_TOTAL); a finished run is not run again, so a new
       # configuration needs a new tag
-      ids=$(python3 -c "import sqlite3;c=sqlite3.connect('results/sweep.db');print(','.join(str(r[0]) for r in c.execute(\"select distinct s.problem_id from samples s join runs r on r.id=s.run_id join attempts a on a.sample_pk=s.id join results x on x.attempt_pk=a.id where r.run_name='sweep-cold-l23' and s.level=2 order by 1\")))")
+      ids=$(python3 -c "import sqlite3;c=sqlite3.connect('results/sweep.db');print(','.join(str(r[0]) for r in c.execute(\"select distinct s.problem_id from samples s join runs r on r.id=s.run_id join attempts a on a.sample_pk=s.id join results x on x.attempt_pk=a.id where r.run_name='sweep-cold-l23' and s.level=2 and x.outcome='correct' order by 1\")))")
       echo "cached over level-2 ids: $ids" >> "$OUT/session.log"
       for cfg in ${CACHED_CONFIGS:-${CACHED_GPUS:-0,0}=${CACHED_TAG:-2slots}}; do
         left=$(( ${T_TOTAL:-560} - SECONDS - 45 ))

@@ -245,3 +245,50 @@ def test_the_trusted_side_out_of_memory_judging_is_an_oom(tmp_path: Path, monkey
         assert res.extra.get("reference_error") and "out of memory" in (res.error or "")
     finally:
         ev.close()
+
+
+def test_the_runs_queued_windows_follow_each_other_while_the_other_slots_wait(tmp_path: Path) -> None:
+    """Two slots queue windows while a third computes in steps: the third gives way once, and both
+    windows run before it takes another step (window_queue). Without the queue the third slot took the
+    lock back between the two windows, and the second window waited for one more of its steps."""
+    key = _key()
+    run_lock = threading.Lock()
+    flags = [0, 0, 0]  # the run's per-device window queue (a multiprocessing.Array between processes)
+    evs = [DeviceEvaluator("cpu", scratch_dir=tmp_path / f"s{i}", sandbox=False, timing_lock=run_lock,
+                           window_queue=(flags, i)) for i in range(3)]
+    for ev in evs:
+        ev.host_lock_key = key
+    steps: list[list[float]] = []
+    windows: list[dict] = []
+    errors: list[BaseException] = []
+
+    def timer(ev: DeviceEvaluator) -> None:
+        try:
+            with ev._gpu_work():
+                with ev.timing_window("candidate") as w:
+                    time.sleep(0.1)
+                windows.append(w)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    try:
+        t = threading.Thread(target=_steps, args=(evs[0], 6, 0.3, steps, True))
+        t.start()
+        assert _wait_until(lambda: len(steps) >= 1)
+        time.sleep(0.05)  # in the middle of its second step
+        ts = [threading.Thread(target=timer, args=(ev,)) for ev in evs[1:]]
+        for x in ts:
+            x.start()
+        for x in ts + [t]:
+            x.join(20)
+        assert not errors, errors
+        assert len(windows) == 2 and len(steps) == 6
+        first, second = sorted(windows, key=lambda w: w["start"])
+        for s in steps:
+            assert not (s[0] < second["end"] and first["start"] < s[1]), \
+                f"slot 0 ran a step {s} between or inside the queued windows {first['start']}-{second['end']}"
+        assert second["start"] - first["end"] < 0.15, "the second window waited for another step of slot 0"
+        assert flags == [0, 0, 0]
+    finally:
+        for ev in evs:
+            ev.close()
