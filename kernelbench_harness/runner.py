@@ -101,6 +101,7 @@ class RunConfig:
     protocol_overrides: dict[str, Any] = field(default_factory=dict)
     db: str | None = None
     gpus: str | None = None
+    slots_per_gpu: int = 1
     timing_cpus: int | None = None
     timeout_s: float = 300.0
     build_timeout_s: float = 900.0
@@ -185,7 +186,8 @@ def _make_executor(cfg: RunConfig, build_cache: Path) -> Any:
         raise ConfigError(f"unknown executor {cfg.executor!r}", fix="use --executor local or --executor ray")
     from .executors.local import LocalExecutor, resolve_devices
 
-    return LocalExecutor(resolve_devices(cfg.gpus), {**opts, "timing_cpus": cfg.timing_cpus})
+    devices = [d for d in resolve_devices(cfg.gpus) for _ in range(max(1, int(cfg.slots_per_gpu)))]
+    return LocalExecutor(devices, {**opts, "timing_cpus": cfg.timing_cpus})
 
 
 class _Baselines:
@@ -358,7 +360,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 log.warning("%s", msg)
                 prog.note(msg)
             # the stored settings win; device, db and process settings may change between sessions
-            cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, timing_cpus=cfg.timing_cpus,
+            cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, slots_per_gpu=cfg.slots_per_gpu,
+                                      timing_cpus=cfg.timing_cpus,
                                       start_method=cfg.start_method,
                                       build_workers=cfg.build_workers, executor=cfg.executor,
                                       ray_address=cfg.ray_address, concurrency=cfg.concurrency,

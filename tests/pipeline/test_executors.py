@@ -11,6 +11,8 @@ import pytest
 from kernelbench_harness.runner import RunConfig, execute_run
 from kernelbench_harness.store import Store
 
+from .conftest import SHORT_TIMING
+
 
 def _outcomes(db: str, run: str) -> dict[tuple[int, int, int], str]:
     st = Store(db)
@@ -22,15 +24,16 @@ def _outcomes(db: str, run: str) -> dict[tuple[int, int, int], str]:
 
 def _run(tmp_path, name: str, **kw):
     db = f"sqlite:///{tmp_path / 'kb.db'}"
+    # short timing: slots, verdicts and who measured what are under test, not the times
     cfg = RunConfig(model="bundled", levels=(1,), ids="1-2", run_name=name, db=db, timeout_s=120,
-                    build_cache=str(tmp_path / "cache"), **kw)
+                    build_cache=str(tmp_path / "cache"), protocol_overrides=SHORT_TIMING, **kw)
     s = asyncio.run(execute_run(cfg))
     return db, s
 
 
 def test_two_slots_on_one_device_match_one_slot_and_take_turns_to_time(tmp_path):
     db, one = _run(tmp_path, "one", gpus="cpu")
-    _, two = _run(tmp_path, "two", gpus="cpu,cpu")
+    _, two = _run(tmp_path, "two", gpus="cpu", slots_per_gpu=2)  # as --gpus cpu,cpu
     assert one.outcomes == two.outcomes == {"correct": 2}
     assert _outcomes(db, "one") == _outcomes(db, "two")
     st = Store(db)
@@ -78,7 +81,7 @@ def test_candidates_of_one_problem_on_two_slots_share_one_baseline_measurement(t
                             + "\n" for i in range(2)))
     db = f"sqlite:///{tmp_path / 'kb.db'}"
     cfg = RunConfig(model=f"replay:{gens}", levels=(1,), ids="2", run_name="pair", db=db, timeout_s=120,
-                    build_cache=str(tmp_path / "cache"), gpus="cpu,cpu")
+                    build_cache=str(tmp_path / "cache"), gpus="cpu,cpu", protocol_overrides=SHORT_TIMING)
     asyncio.run(execute_run(cfg))
     st = Store(db)
     try:
