@@ -11,6 +11,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
+#: Short timing for runs whose tests check the pipeline (builds, caches, resume, slots), not the times:
+#: a few fixed trials instead of kbench's adaptive ones (up to seconds per callable on a CPU) and no
+#: time-based warm-up. Correctness checks are untouched (same trials, same judge).
+SHORT_TIMING = {"warmup": 1, "warmup_ms": 0.0, "trials": 3, "max_trials": 3, "adaptive": False}
+#: the same as ``kbench run`` options
+SHORT_TIMING_ARGS = [a for k, v in SHORT_TIMING.items() for a in ("-P", f"{k}={str(v).lower()}")]
+
 
 def kbench(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600,
            check: bool = True) -> subprocess.CompletedProcess[str]:

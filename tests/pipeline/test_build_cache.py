@@ -12,6 +12,8 @@ from kernelbench_harness.core import Outcome
 from kernelbench_harness.runner import RunConfig, execute_run
 from kernelbench_harness.store import Store
 
+from .conftest import SHORT_TIMING
+
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                 reason="needs a C++ compiler")
 
@@ -19,7 +21,8 @@ pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g+
 def _run(tmp_path, name: str):
     cfg = RunConfig(model="bundled", model_options={"variant": "cpp"}, levels=(1,), ids="4",
                     run_name=name, db=f"sqlite:///{tmp_path / 'kb.db'}", gpus="cpu",
-                    build_cache=str(tmp_path / "cache"), build_workers=1, timeout_s=120)
+                    build_cache=str(tmp_path / "cache"), build_workers=1, timeout_s=120,
+                    protocol_overrides=SHORT_TIMING)  # the cache is under test, not the times
     return asyncio.run(execute_run(cfg))
 
 
