@@ -130,11 +130,21 @@ def resolve_devices(spec: str | None, *, cpu_ok: bool = True) -> list[str]:
     return [f"cuda:{i}" for i in idx]
 
 
+_GPU_COUNTS: dict[str | None, int] = {}
+
+
 def _gpu_count() -> int:
-    """Number of CUDA GPUs, asked in a child process so this process never initialises CUDA."""
+    """Number of CUDA GPUs, asked in a child process so this process never initialises CUDA; asked once
+    per ``CUDA_VISIBLE_DEVICES`` value (the child imports torch: seconds, and a run asks twice)."""
     env_cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env_cvd is not None and env_cvd.strip() in ("", "-1"):
         return 0
+    if env_cvd not in _GPU_COUNTS:
+        _GPU_COUNTS[env_cvd] = _ask_gpu_count()
+    return _GPU_COUNTS[env_cvd]
+
+
+def _ask_gpu_count() -> int:
     try:
         import torch
 
