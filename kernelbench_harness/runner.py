@@ -73,6 +73,9 @@ class RunConfig:
         protocol, precision, protocol_overrides: see :mod:`.protocols`.
         db: store URL (None = ``sqlite:///results/kbench.db``).
         gpus: device slots (None = every GPU, else CPU; ``"0,1"``; ``"cpu"``).
+        slots_per_gpu: device slots per device of ``gpus`` (local executor).
+        quiet_host: pause the run's builds and warm-ups while a timing window is open (local executor;
+            see :mod:`.execution.quiet`).
         timing_cpus: cores reserved for each device slot and its candidates, the rest left to builds
             and warm-ups (None = 2 per GPU slot when the host has at least 6 cores per slot, else 0;
             0 = no pinning; see :func:`.executors.local.plan_timing_cpus`).
@@ -102,6 +105,7 @@ class RunConfig:
     db: str | None = None
     gpus: str | None = None
     slots_per_gpu: int = 1
+    quiet_host: bool = True
     timing_cpus: int | None = None
     timeout_s: float = 300.0
     build_timeout_s: float = 900.0
@@ -187,7 +191,7 @@ def _make_executor(cfg: RunConfig, build_cache: Path) -> Any:
     from .executors.local import LocalExecutor, resolve_devices
 
     devices = [d for d in resolve_devices(cfg.gpus) for _ in range(max(1, int(cfg.slots_per_gpu)))]
-    return LocalExecutor(devices, {**opts, "timing_cpus": cfg.timing_cpus})
+    return LocalExecutor(devices, {**opts, "timing_cpus": cfg.timing_cpus, "quiet_host": cfg.quiet_host})
 
 
 class _Baselines:
@@ -361,7 +365,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 prog.note(msg)
             # the stored settings win; device, db and process settings may change between sessions
             cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, slots_per_gpu=cfg.slots_per_gpu,
-                                      timing_cpus=cfg.timing_cpus,
+                                      timing_cpus=cfg.timing_cpus, quiet_host=cfg.quiet_host,
                                       start_method=cfg.start_method,
                                       build_workers=cfg.build_workers, executor=cfg.executor,
                                       ray_address=cfg.ray_address, concurrency=cfg.concurrency,

@@ -233,6 +233,9 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
                    "start, build, correctness) and take turns to time; each plans for 1/N of its memory. "
                    "4-6 suit a sweep of small problems (46 level-2 problems on an H200: 2.05 s per candidate "
                    "with 6, 4.5 s with 1).")
+@click.option("--quiet-host/--no-quiet-host", default=True, show_default=True,
+              help="Pause the run's builds and torch.compile warm-ups (SIGSTOP, at most 5 s) while a timing "
+                   "window is open: host-paced timings slow by 20-70% when other cores are busy.")
 @click.option("--timing-cpus", default=None, type=click.IntRange(0, 64), metavar="N",
               help="Cores reserved for each device slot and its candidates; builds and warm-ups get the "
                    "rest (default: 2 per GPU when the host has 6 or more cores per GPU; 0 = no pinning).")
@@ -261,7 +264,7 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
 def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None, samples: int, turns: int,
             backend: str, model_args: tuple[str, ...], adapter_options: tuple[str, ...], protocol: str,
             precision: str, protocol_options: tuple[str, ...], compile_modes: str | None, db: str | None,
-            gpus: str | None, slots_per_gpu: int,
+            gpus: str | None, slots_per_gpu: int, quiet_host: bool,
             timing_cpus: int | None, run_name: str | None,
             resume: bool, timeout_s: float, build_timeout_s: float, build_workers: int | None, warm_workers: int | None, seed: int | None,
             executor: str, ray_address: str | None, start_method: str, no_sandbox: bool, display: str,
@@ -288,7 +291,7 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
     cfg = RunConfig(model=model, run_name=run_name, problems=problems, levels=parse_levels(level), ids=ids,
                     samples=samples, turns=turns, backend=backend, params=parse_kv(model_args, "-M value"),
                     model_options=parse_kv(adapter_options, "-O value"), protocol=protocol, precision=precision,
-                    protocol_overrides=overrides, db=db, gpus=gpus, slots_per_gpu=slots_per_gpu,
+                    protocol_overrides=overrides, db=db, gpus=gpus, slots_per_gpu=slots_per_gpu, quiet_host=quiet_host,
                     timing_cpus=timing_cpus, timeout_s=timeout_s, build_timeout_s=build_timeout_s, build_workers=build_workers, start_method=start_method,
                     sandbox=not no_sandbox, executor=executor, ray_address=ray_address, seed=seed,
                     warm_workers=warm_workers)

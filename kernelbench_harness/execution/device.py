@@ -760,12 +760,15 @@ class DeviceEvaluator:
         memory_limit_bytes: resident-memory limit of a candidate process (host memory).
         sandbox: apply the sandbox (network, Landlock, limits) to candidate processes.
         memory_share: the fraction of the device's memory this slot plans for (its shared input sets,
-            timing copies and stored references): 1/N with N slots on one GPU (``--gpus 0,0``).
+            timing copies and stored references): 1/N with N slots on one GPU (``--gpus 0,0``). An
+            explicit ``KBENCH_REF_BUDGET_BYTES`` is taken as each slot's own.
         window_queue: ``(flags, index)``: a shared byte array with one flag per slot of the run on this
             physical device (``multiprocessing.Array``) and this slot's index in it. A slot sets its flag
             while it waits for or holds a timing window; the others give way at their next step and stay
             paused until no flag is set (:meth:`_gpu_yield`). None: only other processes' windows queued
             at the host lock's turnstile are seen.
+        quieter: a :class:`.quiet.HostQuieter` that pauses the run's builds and warm-ups while a timing
+            window is open (None: nothing is paused).
 
     Raises:
         ValueError: ``memory_share`` is not in (0, 1].
@@ -776,8 +779,9 @@ class DeviceEvaluator:
                  memory_limit_bytes: int | None = None, sandbox: bool = True,
                  extra_env: dict[str, str] | None = None, timing_lock: Any = None,
                  physical_device: str | None = None, memory_share: float = 1.0,
-                 window_queue: tuple[Any, int] | None = None) -> None:
+                 window_queue: tuple[Any, int] | None = None, quieter: Any = None) -> None:
         self.window_queue = window_queue
+        self.quieter = quieter
         if not 0.0 < memory_share <= 1.0:
             raise ValueError(f"memory_share={memory_share!r}: expected a fraction in (0, 1]")
         self.memory_share = float(memory_share)
@@ -901,13 +905,27 @@ class DeviceEvaluator:
         flags, i = self.window_queue
         return any(f for j, f in enumerate(flags[:]) if j != i)
 
-    def _take_shared(self, lk: HostDeviceLock) -> None:
+    #: the longest a slot waits for the run's other slots' queued windows before it takes the lock back
+    #: anyway (a slot that died with its flag set must not stall the others)
+    QUEUE_WAIT_MAX_S = 600.0
+
+    def _take_shared(self, lk: HostDeviceLock, deadline: float | None = None) -> None:
         """Take the host lock shared again after a window or a yield, once none of the run's slots on this
         device waits for a window any more: the run's queued windows then follow each other while every
-        slot is paused, instead of each waiting for the others to reach their next step again."""
-        while self._windows_queued():
+        slot is paused, instead of each waiting for the others to reach their next step again.
+
+        Raises:
+            TimeoutError: not taken by ``deadline`` (``time.monotonic()``); nothing is held then.
+        """
+        end = time.monotonic() + self.QUEUE_WAIT_MAX_S
+        if deadline is not None:
+            end = min(end, deadline)
+        while self._windows_queued() and time.monotonic() < end:
             time.sleep(0.002)
-        lk.acquire(shared=True)
+        if self._windows_queued():
+            log.warning("a timing window of this run stayed queued for %.0f s; taking the device lock back",
+                        self.QUEUE_WAIT_MAX_S)
+        lk.acquire(shared=True, timeout_s=None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     @contextlib.contextmanager
     def _timing_window(self, what: str) -> Iterator[dict[str, Any]]:
@@ -926,6 +944,13 @@ class DeviceEvaluator:
                                   "start": time.time()}
         if waited is not None:
             window["host_lock_wait_s"] = round(waited, 3)
+        quieter = self.quieter
+        if quieter is not None:
+            # the run's builds and warm-ups pause: a timing the host paces follows the host's load
+            try:
+                window["quiet_pids"] = quieter.pause()
+            except Exception:  # noqa: BLE001 - evidence and comfort only: never a reason to keep the locks
+                quieter = None
         try:
             probe = self._nvml_probe()
             gpu0 = probe.sample() if probe is not None else None
@@ -943,6 +968,13 @@ class DeviceEvaluator:
                     window["gpu_start"], window["gpu_end"] = gpu0, probe.sample()  # type: ignore[union-attr]
                 except Exception:  # noqa: BLE001
                     window["gpu_start"] = gpu0
+            if quieter is not None:
+                try:
+                    quieter.resume()
+                    if window.get("quiet_pids"):
+                        window["quiet_s"] = round(quieter.last_s, 3)
+                except Exception:  # noqa: BLE001
+                    log.warning("could not continue the processes paused for a timing window", exc_info=True)
             try:
                 cpu1 = _host_cpu_times()
                 if cpu0 and cpu1 and cpu1[1] > cpu0[1]:
@@ -1129,13 +1161,15 @@ class DeviceEvaluator:
             self._gpu_share = None
             lk.release()
 
-    def _gpu_yield(self, h: ChildHandle | None, phase: dict[str, float] | None = None) -> float:
+    def _gpu_yield(self, h: ChildHandle | None, phase: dict[str, float] | None = None,
+                   deadline: float | None = None) -> float:
         """Let a timing window that another slot (or run) queued on this device go first: where this
-        slot holds the host lock shared (:meth:`_gpu_work`) and someone waits at its turnstile
-        (:meth:`.scratch.HostDeviceLock.contended`), finish this process's GPU work, stop the
+        slot holds the host lock shared (:meth:`_gpu_work`) and a window is queued (another of the run's
+        slots flags one in ``window_queue``, or someone waits at the lock's turnstile,
+        :meth:`.scratch.HostDeviceLock.contended`), finish this process's GPU work, stop the
         candidate's process (SIGSTOP, its process group when sandboxed: no thread of it runs while
-        the other slot times), give the lock up and take it back shared, which waits for the window
-        to end, then let the process go on.
+        the other slot times), give the lock up and take it back shared once no window is queued,
+        then let the process go on.
 
         Call it only where the candidate's process waits for the trusted side's next command: its
         honest GPU work is then finished (each of its answers follows a device synchronisation).
@@ -1145,19 +1179,55 @@ class DeviceEvaluator:
         Args:
             h: the candidate's process, or None.
             phase: where the seconds spent waiting are added up (``yield_wait``), or None.
+            deadline: ``time.monotonic()`` by which the lock must be back (the candidate's own time
+                limit); None: no limit.
 
         Returns:
-            Seconds waited (0.0 when nobody was queued or no host lock is held).
+            Seconds waited (0.0 when nobody was queued or no host lock is held): the caller moves the
+            candidate's deadline by as much.
+
+        Raises:
+            ChannelError: the candidate's own process holds or waits for the device lock's files (it
+                could stall every slot on the device); the process is killed.
+            ChannelTimeout: the lock was not back by ``deadline``; the process is killed.
+            RuntimeError: the lock could not be taken back at all (a harness error).
         """
         lk = self._gpu_share
-        if lk is None or not (self._windows_queued() or lk.contended()):
+        if lk is None:
             return 0.0
+        try:
+            if not (self._windows_queued() or lk.contended()):
+                return 0.0
+        except OSError:  # the lock files cannot be read: carry on holding the lock
+            return 0.0
+        if h is not None:
+            tamper = sorted(pid for pid in lk.holders() if _in_tree(pid, h.pid))
+            if tamper:
+                h.kill("device lock tamper")
+                raise ChannelError(f"the candidate's process {tamper[0]} holds or waits for the device's timing "
+                                   "lock files (it could stall every slot on the device)")
         t0 = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        timed_out = False
         with _stopped(h, self.sandbox_on):
             lk.release()
-            self._take_shared(lk)
+            try:
+                self._take_shared(lk, deadline)
+            except TimeoutError:
+                timed_out = True
+            except OSError as e:  # the lock files went away or cannot be opened: the harness's failure
+                self._gpu_share = None
+                raise RuntimeError(f"taking the device's host lock back failed: {e}") from None
+        if timed_out:
+            if h is not None:
+                h.kill("timeout giving way to other slots' timing windows")
+            try:  # the rest of this candidate's evaluation (and the baselines) still holds the lock
+                lk.acquire(shared=True, timeout_s=600.0)
+            except (TimeoutError, OSError) as e:
+                self._gpu_share = None
+                raise RuntimeError(f"the device's host lock was not free again within 600 s: {e}") from None
+            raise ChannelTimeout("the device's lock was not free again before the candidate's time ran out")
         waited = time.perf_counter() - t0
         if phase is not None:
             phase["yield_wait"] = phase.get("yield_wait", 0.0) + waited
@@ -1541,12 +1611,12 @@ class DeviceEvaluator:
             run_deadline = time.monotonic() + job.timeout_s
             # between the steps below the candidate's process waits for the next command and does no GPU
             # work: a timing window another slot queued on this device is let in there (_gpu_yield)
-            self._gpu_yield(h, phase)
+            run_deadline += self._gpu_yield(h, phase, run_deadline)
             h.chan.send({"cmd": "construct"})
             constructed = expect(run_deadline, "constructed")
             weights = constructed.get("weights") or {}
             mark("build_construct")
-            self._gpu_yield(h, phase)
+            run_deadline += self._gpu_yield(h, phase, run_deadline)
             h.chan.send({"cmd": "next"})
             ok = True
             for i in range(ctx.n_correct):
@@ -1561,16 +1631,18 @@ class DeviceEvaluator:
                     ok = False
                     h.chan.send({"cmd": "stop"})
                     break
-                self._gpu_yield(h, phase)
+                run_deadline += self._gpu_yield(h, phase, run_deadline)
                 h.chan.send({"cmd": "next"} if i + 1 < ctx.n_correct else {"cmd": "continue"})
+            if ok:  # the process's precision watch (one more call) is done; it waits from here on
+                expect(run_deadline, "watched")
             static_cheat = any(f.severity is Severity.CHEAT for f in findings)
             mark("correctness")  # candidate calls and trusted-side comparisons
             if ok and not static_cheat and job.protocol.ablate_kernels:
-                self._gpu_yield(h, phase)
+                run_deadline += self._gpu_yield(h, phase, run_deadline)
                 self._ablate(h, ctx, jobdir, findings, expect, run_deadline)
                 mark("ablation")
             if ok and self.device.type == "cuda":
-                self._gpu_yield(h, phase)
+                run_deadline += self._gpu_yield(h, phase, run_deadline)
                 h.chan.send({"cmd": "profile", "set": 0})
                 profile = expect(run_deadline, "profile").get("profile") or {}
                 mark("profile")
@@ -1618,9 +1690,10 @@ class DeviceEvaluator:
                     measured.update(self._finish_baselines(ctx, list(alternate or []), fns, base_blocks, part))
                 mark("timing")  # includes waiting for the device's timing lock, and alternated baselines
                 def recheck(set_idx: int, inplace: bool) -> Comparison:
+                    nonlocal run_deadline
                     if self.device.type == "cuda":
                         torch.cuda.empty_cache()
-                    self._gpu_yield(h, phase)
+                    run_deadline += self._gpu_yield(h, phase, run_deadline)
                     h.chan.send({"cmd": "recheck", "set": set_idx, "inplace": inplace})
                     msg = expect(run_deadline + job.timeout_s, "output")
                     return ctx.compare(self._read_outputs(msg, jobdir), set_idx)
@@ -1654,10 +1727,13 @@ class DeviceEvaluator:
             # process ended here
             if h is not None:
                 h.kill("reference failed")
-            return self._finish(h, EvalResult(Outcome.OOM if e.oom else Outcome.RUNTIME_ERROR,
-                                              compiled=state not in ("start", "build"),
+            # out of device memory on the trusted side (beside this or another slot's candidate): the
+            # harness's failure, marked so (harness_error), not the candidate's oom
+            return self._finish(h, EvalResult(Outcome.RUNTIME_ERROR, compiled=state not in ("start", "build"),
                                               error=f"reference failed: {e}", findings=tuple(findings),
                                               extra={"reference_error": True, "phase": state,
+                                                     **({"harness_error": True, "trusted_oom": True}
+                                                        if e.oom else {}),
                                                      "sandbox": env_note}), jobdir)
         except _ChildFailed as e:
             outcome = Outcome.OOM if e.kind == "oom" else Outcome.RUNTIME_ERROR
@@ -1895,6 +1971,21 @@ def _log_tail(jobdir: Path, n: int = 4000) -> str:
         return ""
 
 
+def _in_tree(pid: int, root: int, depth: int = 16) -> bool:
+    """Whether process ``pid`` is ``root`` or one of its descendants (its parents in ``/proc``)."""
+    for _ in range(depth):
+        if pid == root:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
+
+
 def _wait_stopped(pid: int, timeout_s: float = 0.5) -> bool:
     """Wait until ``pid`` is stopped (``/proc/<pid>/stat`` state ``T``): a signal is delivered
     asynchronously, and the process runs on until then. False when it is not stopped by ``timeout_s``
@@ -1917,17 +2008,26 @@ def _wait_stopped(pid: int, timeout_s: float = 0.5) -> bool:
 def _stopped(h: ChildHandle | None, own_group: bool) -> Iterator[None]:
     """SIGSTOP the candidate's process (its whole process group when sandboxed: it leads one) for the
     duration, SIGCONT after: no thread of it can run while the trusted side times the baselines."""
-    stop = (lambda sig: os.killpg(h.pid, sig)) if own_group else (lambda sig: os.kill(h.pid, sig))
+    def stop(sig: int) -> None:
+        assert h is not None
+        if own_group:
+            try:
+                os.killpg(h.pid, sig)
+                return
+            except OSError:  # not a group leader after all (no setsid): the process alone
+                pass
+        os.kill(h.pid, sig)
+
     stopped = False
-    if h is not None:
-        try:
-            stop(signal.SIGSTOP)
-            stopped = True
-        except OSError:
-            pass
-        else:
-            _wait_stopped(h.pid)
     try:
+        if h is not None:
+            try:
+                stop(signal.SIGSTOP)
+                stopped = True
+            except OSError:
+                pass
+            else:
+                _wait_stopped(h.pid)
         yield
     finally:
         if stopped:

@@ -162,30 +162,48 @@ class HostDeviceLock:
     def _open(self, path: Path) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
-    def acquire(self, shared: bool = False) -> float:
+    def acquire(self, shared: bool = False, timeout_s: float | None = None) -> float:
         """Block until this process holds the lock; returns the seconds waited.
 
         Args:
             shared: take it shared (warm-up GPU work: overlaps other shared holders, never an
                 exclusive one) instead of exclusively (a timing window: alone on the device).
+            timeout_s: give up after this many seconds (polling every 2 ms instead of blocking in the
+                kernel); None waits for as long as it takes.
 
         Returns:
             Seconds spent waiting (turnstile and lock), from ``time.perf_counter``.
 
         Raises:
             RuntimeError: this instance already holds the lock.
+            TimeoutError: not held within ``timeout_s`` (nothing is held then).
             OSError: the lock folder or files cannot be created or opened (permissions).
         """
         if self._fd >= 0:
             raise RuntimeError(f"{self.path} is already held by this HostDeviceLock")
         self.folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+
+        def take(fd: int, how: int) -> None:
+            if deadline is None:
+                fcntl.flock(fd, how)
+                return
+            while True:
+                try:
+                    fcntl.flock(fd, how | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"{self.path}: not held within {timeout_s:g} s") from None
+                    time.sleep(0.002)
+
         turn = self._open(self.turn_path)
         try:
-            fcntl.flock(turn, fcntl.LOCK_EX)  # behind a waiting exclusive holder, if there is one
+            take(turn, fcntl.LOCK_EX)  # behind a waiting exclusive holder, if there is one
             fd = self._open(self.path)
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                take(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             except BaseException:
                 os.close(fd)
                 raise
@@ -196,6 +214,32 @@ class HostDeviceLock:
             finally:
                 os.close(turn)
         return time.perf_counter() - t0
+
+    def holders(self) -> set[int]:
+        """Process ids that hold or wait for either of the lock's files (``/proc/locks``; ``flock``
+        records the process that took the lock). Empty where /proc cannot tell."""
+        try:
+            files = set()
+            for path in (self.path, self.turn_path):
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                files.add((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+            out: set[int] = set()
+            with open("/proc/locks") as f:
+                for line in f:
+                    parts = line.split()
+                    # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF", or "1: -> FLOCK ..." for a waiter
+                    if "->" in parts:
+                        parts.remove("->")
+                    if len(parts) >= 6 and parts[1] == "FLOCK":
+                        ident = parts[5].split(":")
+                        if len(ident) == 3 and (int(ident[0], 16), int(ident[1], 16), int(ident[2])) in files:
+                            out.add(int(parts[4]))
+            return out
+        except (OSError, ValueError):
+            return set()
 
     def contended(self) -> bool:
         """Whether another process is queued at the turnstile: a timing window waiting for the shared

@@ -14,6 +14,7 @@ Conversation with the trusted side (JSON lines, see :mod:`.channel`)::
     parent -> {"cmd": "next"}        (then, per correctness trial:)
     child -> {"event": "output", set, desc, findings, launches}
     parent -> {"cmd": "next"} | {"cmd": "stop"} | {"cmd": "continue"} (after the last trial)
+    child -> {"event": "watched", findings}   (the precision watch's call is done)
     parent -> {"cmd": "time"}        child -> {"event": "timing", stats, info, findings}
     parent -> {"cmd": "recheck", set, inplace}   child -> {"event": "output", ...}
     parent -> {"cmd": "finish"}      child -> {"event": "done", findings}
@@ -421,6 +422,8 @@ class _Job:
                        "error": "the candidate defines no ModelNew", "build": self.record.to_dict(),
                        "phase_s": self.phase_s})
             return None
+        if self.device.type == "cuda" and torch.cuda.is_initialized():
+            self.sync()  # device work the import started is done before the answer (a yield point follows)
         self.send({"event": "built", "ok": True, "build": self.record.to_dict(), "phase_s": self.phase_s})
         return mod
 
@@ -806,6 +809,7 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
         if chan.recv().get("cmd") != "construct":
             return 0
         j.construct(mod)
+        j.sync()  # the model's set-up on the device is done before the answer (a yield point follows)
         j.send({"event": "constructed", "weights": j.weights_info, "phase_s": j.phase_s})
         if chan.recv().get("cmd") == "next":
             for idx in range(int(job["n_correct"])):
@@ -815,7 +819,11 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
                     break
         # on a set the process holds already (staged sets keep only the latest): a request for another
         # would reach the trusted side after it sent its next command, not while it waits for one
-        j.watch_precision(next(iter(j.sets_cache), 0))  # its findings travel with the next message
+        j.watch_precision(next(iter(j.sets_cache), 0))
+        j.sync()
+        # its findings travel with this answer; after it, this process waits (the trusted side may give the
+        # device to another slot's timing window there)
+        j.send({"event": "watched"})
         while True:
             cmd = chan.recv()
             c = cmd.get("cmd")

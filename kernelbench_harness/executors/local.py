@@ -175,7 +175,7 @@ def _die_with_parent() -> None:
 
 
 def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any = None,
-               window_queue: tuple[Any, int] | None = None) -> None:
+               window_queue: tuple[Any, int] | None = None, quiet: tuple[int, Any] | None = None) -> None:
     """Device-worker process: owns one device, serves jobs until told to stop."""
     _die_with_parent()
     import faulthandler
@@ -206,11 +206,20 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
                          format=f"%(levelname)s [{device}] %(name)s: %(message)s")
     from ..execution.device import DeviceEvaluator
 
+    quieter = None
+    if quiet is not None:
+        from ..execution.quiet import HostQuieter
+
+        root, slot_pids = quiet
+        # the runner's other descendants pause while this slot times: builds, warm-ups (not the slots)
+        quieter = HostQuieter(root, lambda: [p for p in slot_pids[:] if p > 0])
+
     ev = DeviceEvaluator(dev, scratch_dir=options.get("scratch_dir"), build_cache=options.get("build_cache"),
                          start_method=options.get("start_method", "zygote"),
                          memory_limit_bytes=options.get("memory_limit_bytes"), sandbox=options.get("sandbox", True),
                          timing_lock=timing_lock, physical_device=device,
-                         memory_share=float(options.get("memory_share", 1.0)), window_queue=window_queue)
+                         memory_share=float(options.get("memory_share", 1.0)), window_queue=window_queue,
+                         quieter=quieter)
     fp = ev.fingerprint()
     fp["slot_device"] = device
     if hasattr(os, "sched_getaffinity"):
@@ -243,13 +252,14 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
 
 class _Slot:
     def __init__(self, index: int, device: str, options: dict[str, Any], timing_lock: Any,
-                 window_queue: tuple[Any, int] | None = None) -> None:
+                 window_queue: tuple[Any, int] | None = None, slot_pids: Any = None) -> None:
         """Start the worker process; :meth:`wait_ready` waits for it (the executor starts every slot first)."""
         self.index = index
         self.device = device
         self.options = options
         self.timing_lock = timing_lock
         self.window_queue = window_queue
+        self.slot_pids = slot_pids  # every slot's worker pid (shared), or None: no quiet host
         self.lock = threading.Lock()
         self.fingerprint: dict[str, Any] = {}
         self._launch()
@@ -261,9 +271,12 @@ class _Slot:
     def _launch(self) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_slot_main, args=(child, self.device, self.options, self.timing_lock, self.window_queue),
+        self.proc = ctx.Process(target=_slot_main, args=(child, self.device, self.options, self.timing_lock, self.window_queue,
+                                      (os.getpid(), self.slot_pids) if self.slot_pids is not None else None),
                                 name=f"kbench-slot{self.index}", daemon=True)
         self.proc.start()
+        if self.slot_pids is not None:
+            self.slot_pids[self.index] = self.proc.pid  # kept running when another slot quiets the host
         child.close()
 
     def wait_ready(self) -> None:
@@ -295,6 +308,13 @@ class _Slot:
                     self.proc.kill()
                 except Exception:
                     pass
+                if self.window_queue is not None:  # it may have died waiting for or holding a window
+                    self.window_queue[0][self.window_queue[1]] = 0
+                if self.slot_pids is not None:
+                    # it may have died with the run's builds and warm-ups paused for a window
+                    from ..execution.quiet import continue_all
+
+                    continue_all(os.getpid(), [p for p in self.slot_pids[:] if p > 0])
                 self._start()
                 return ("died", f"device worker died (exit code {code}): {e}")
 
@@ -325,6 +345,7 @@ class LocalExecutor(Executor):
         # cores for the timing side: each slot (and its candidates) gets its own, and this process,
         # with every build and warm-up process it starts from now on, keeps the rest
         per_slot = self.options.pop("timing_cpus", None)
+        quiet_host = bool(self.options.pop("quiet_host", True))
         self._saved_affinity: set[int] | None = None
         plan = None
         if hasattr(os, "sched_getaffinity"):
@@ -344,9 +365,12 @@ class LocalExecutor(Executor):
                 o["cpus"] = cpus
         # every worker starts at once (each takes seconds), then each is waited for
         # per physical device, one flag per slot on it: set while the slot waits for or holds a window
-        queues = {d: ctx.Array("b", devices.count(d)) for d in devices}
+        # (no lock: one writer per flag, and a worker killed while reading must not leave a lock held)
+        queues = {d: ctx.Array("b", devices.count(d), lock=False) for d in devices}
         index_on = [devices[:i].count(d) for i, d in enumerate(devices)]
-        self._slots = [_Slot(i, d, slot_opts[i], locks[d], (queues[d], index_on[i]))
+        # every slot's pid: while one times, the run's other processes (builds, warm-ups) pause, not these
+        slot_pids = ctx.Array("i", len(devices), lock=False) if quiet_host else None
+        self._slots = [_Slot(i, d, slot_opts[i], locks[d], (queues[d], index_on[i]), slot_pids)
                        for i, d in enumerate(devices)]
         try:
             for slot in self._slots:

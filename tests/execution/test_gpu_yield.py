@@ -12,6 +12,7 @@ between processes)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -155,19 +156,102 @@ def test_the_candidate_process_is_stopped_while_it_gives_way(tmp_path: Path) -> 
 def test_without_a_queued_window_nothing_gives_way(tmp_path: Path) -> None:
     a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=False)
     a.host_lock_key = _key()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         assert a._gpu_yield(None) == 0.0  # no hold at all
         with a._gpu_work():
             phase: dict[str, float] = {}
-            assert a._gpu_yield(SimpleNamespace(pid=os.getpid()), phase) == 0.0
+            assert a._gpu_yield(SimpleNamespace(pid=proc.pid), phase) == 0.0
             assert phase == {}
+            assert Path(f"/proc/{proc.pid}/stat").read_text().rsplit(") ", 1)[1][0] != "T"
     finally:
+        proc.kill()
+        proc.wait()
+        a.close()
+
+
+def test_holders_name_the_processes_on_the_lock_files() -> None:
+    key = _key()
+    a, b = HostDeviceLock(key), HostDeviceLock(key)
+    assert a.holders() == set()
+    a.acquire(shared=True)
+    try:
+        assert a.holders() == {os.getpid()}
+        with pytest.raises(TimeoutError):
+            b.acquire(timeout_s=0.1)  # held shared: no exclusive within the limit, and nothing left held
+        assert b._fd < 0
+    finally:
+        a.release()
+    assert b.acquire(timeout_s=1.0) >= 0.0
+    b.release()
+
+
+def test_a_candidate_holding_the_lock_files_is_a_cheat_and_is_killed(tmp_path: Path) -> None:
+    """A candidate can open the lock's turnstile (it needs only read access) and take it: its own slot
+    would then give way and wait forever on the lock its stopped process holds."""
+    from kernelbench_harness.execution.channel import ChannelError
+
+    key = _key()
+    turn = HostDeviceLock(key).turn_path
+    turn.parent.mkdir(parents=True, exist_ok=True)
+    turn.touch()
+    evil = subprocess.Popen([sys.executable, "-c", "import fcntl,os,sys,time\n"
+                             "fd=os.open(sys.argv[1],os.O_RDONLY); fcntl.flock(fd,fcntl.LOCK_EX); print('held',flush=True)\n"
+                             "time.sleep(60)", str(turn)], stdout=subprocess.PIPE, text=True)
+    assert evil.stdout.readline().strip() == "held"
+    killed: list[str] = []
+    h = SimpleNamespace(pid=evil.pid, kill=lambda why: (killed.append(why), evil.kill()))
+    a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=False)
+    a.host_lock_key = key
+    lk = HostDeviceLock(key)
+    try:
+        # the slot holds the main lock shared, as from before the candidate took the turnstile
+        fd = lk._open(lk.path)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        lk._fd, lk.shared = fd, True
+        a._gpu_share = lk
+        with pytest.raises(ChannelError, match="lock files"):
+            a._gpu_yield(h, {}, time.monotonic() + 5)
+        assert killed == ["device lock tamper"]
+        assert evil.wait(5) is not None
+    finally:
+        a._gpu_share = None
+        evil.kill()
+        evil.wait()
+        lk.release()
+        a.close()
+
+
+def test_giving_way_past_the_candidates_deadline_is_a_timeout_with_the_lock_held_again(tmp_path: Path) -> None:
+    from kernelbench_harness.execution.channel import ChannelTimeout
+
+    key = _key()
+    a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=False)
+    a.host_lock_key = key
+    window = HostDeviceLock(key)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed: list[str] = []
+    h = SimpleNamespace(pid=proc.pid, kill=lambda why: killed.append(why))
+    try:
+        with a._gpu_work():
+            t = threading.Thread(target=lambda: (window.acquire(), time.sleep(1.0), window.release()))
+            t.start()
+            assert _wait_until(a._gpu_share.contended)
+            with pytest.raises(ChannelTimeout):
+                a._gpu_yield(h, {}, time.monotonic() + 0.2)  # the window lasts 1 s
+            assert killed and "timeout" in killed[0]
+            assert a._gpu_share is not None and a._gpu_share._fd >= 0 and a._gpu_share.shared
+            t.join(5)
+    finally:
+        proc.kill()
+        proc.wait()
         a.close()
 
 
 def test_a_candidate_evaluates_alike_when_a_window_cuts_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """End to end on the CPU: another slot's window arrives once the candidate is constructed; the slot
-    gives way there (its candidate's process stopped meanwhile) and the verdict is unchanged."""
+    """End to end on the CPU: another slot's window arrives once the candidate is built (before it is
+    constructed); the slot gives way there (its candidate's process stopped meanwhile) and the verdict
+    is unchanged."""
     from execution.test_reference_budget import CORRECT
 
     key = _key()
@@ -178,9 +262,9 @@ def test_a_candidate_evaluates_alike_when_a_window_cuts_in(tmp_path: Path, monke
     seen: dict[str, object] = {}
     orig = DeviceEvaluator._gpu_yield
 
-    def cut_in(self, h, phase=None):  # noqa: ANN001, ANN202
+    def cut_in(self, h, phase=None, deadline=None):  # noqa: ANN001, ANN202
         calls.append(1)
-        if len(calls) == 2 and h is not None:  # after "constructed": the process waits for "next"
+        if len(calls) == 2 and h is not None:  # after "built": the process waits for "construct"
 
             def other_slot() -> None:
                 window.acquire()
@@ -194,7 +278,7 @@ def test_a_candidate_evaluates_alike_when_a_window_cuts_in(tmp_path: Path, monke
             t.start()
             seen["thread"] = t
             assert _wait_until(self._gpu_share.contended)
-        return orig(self, h, phase)
+        return orig(self, h, phase, deadline)
 
     monkeypatch.setattr(DeviceEvaluator, "_gpu_yield", cut_in)
     try:
@@ -216,9 +300,10 @@ def test_memory_share_is_a_fraction(tmp_path: Path) -> None:
             DeviceEvaluator("cpu", scratch_dir=tmp_path / "x", sandbox=False, memory_share=bad)
 
 
-def test_the_trusted_side_out_of_memory_judging_is_an_oom(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_trusted_side_out_of_memory_judging_is_a_harness_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """L1/19 on an H200 (session 10): the trusted side ran out of device memory judging the re-check beside
-    the candidate's timing copies; that is an ``oom``, not a runtime error of the candidate."""
+    the candidate's timing copies. That is the harness's failure (with several slots on a GPU, a
+    neighbour's memory counts too), marked ``harness_error``, not the candidate's ``oom``."""
     import torch
 
     from execution.test_reference_budget import CORRECT
@@ -241,8 +326,9 @@ def test_the_trusted_side_out_of_memory_judging_is_an_oom(tmp_path: Path, monkey
         monkeypatch.setattr(ProblemContext, "compare", lambda self, outs, i: (_ for _ in ()).throw(
             ReferenceError_("the reference fails on input set 0 at comparison: out of memory", oom=True)))
         res = evaluate(ev, CORRECT, AFFINE)
-        assert res.outcome is Outcome.OOM, describe(res)
-        assert res.extra.get("reference_error") and "out of memory" in (res.error or "")
+        assert res.outcome is Outcome.RUNTIME_ERROR, describe(res)
+        assert res.extra.get("harness_error") and res.extra.get("trusted_oom") and res.extra.get("reference_error")
+        assert "out of memory" in (res.error or "")
     finally:
         ev.close()
 
@@ -262,23 +348,31 @@ def test_the_runs_queued_windows_follow_each_other_while_the_other_slots_wait(tm
     windows: list[dict] = []
     errors: list[BaseException] = []
 
+    go = threading.Event()
+    holding: list[int] = []
+
     def timer(ev: DeviceEvaluator) -> None:
         try:
+            # as a real slot: its candidate's untimed work holds the lock shared, then it queues its window
             with ev._gpu_work():
+                holding.append(1)
+                go.wait(10)
                 with ev.timing_window("candidate") as w:
-                    time.sleep(0.1)
+                    time.sleep(0.2)
                 windows.append(w)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
     try:
+        ts = [threading.Thread(target=timer, args=(ev,)) for ev in evs[1:]]
+        for x in ts:
+            x.start()
+        assert _wait_until(lambda: len(holding) == 2)
         t = threading.Thread(target=_steps, args=(evs[0], 6, 0.3, steps, True))
         t.start()
         assert _wait_until(lambda: len(steps) >= 1)
         time.sleep(0.05)  # in the middle of its second step
-        ts = [threading.Thread(target=timer, args=(ev,)) for ev in evs[1:]]
-        for x in ts:
-            x.start()
+        go.set()
         for x in ts + [t]:
             x.join(20)
         assert not errors, errors

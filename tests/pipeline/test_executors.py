@@ -47,6 +47,8 @@ def test_two_slots_on_one_device_match_one_slot_and_take_turns_to_time(tmp_path)
     finally:
         st.close()
     assert len({w["pid"] for w in windows}) == 2, "both slots should have timed something"
+    # the run's builds and warm-ups paused in every window (--quiet-host, on by default)
+    assert all("quiet_pids" in w for w in windows), windows
     windows.sort(key=lambda w: w["start"])
     for a, b in zip(windows, windows[1:]):
         assert a["end"] <= b["start"], f"timings overlapped on {a['device']}: {a} {b}"
