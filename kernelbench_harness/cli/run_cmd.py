@@ -233,9 +233,10 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
                    "start, build, correctness) and take turns to time; each plans for 1/N of its memory. "
                    "4-6 suit a sweep of small problems (46 level-2 problems on an H200: 2.05 s per candidate "
                    "with 6, 4.5 s with 1).")
-@click.option("--quiet-host/--no-quiet-host", default=True, show_default=True,
-              help="Pause the run's builds and torch.compile warm-ups (SIGSTOP, at most 5 s) while a timing "
-                   "window is open: host-paced timings slow by 20-70% when other cores are busy.")
+@click.option("--quiet-host/--no-quiet-host", default=False, show_default=True,
+              help="Pause the run's builds and torch.compile warm-ups (SIGSTOP, at most 5 s each time) while a "
+                   "timing window is open (every slot on one GPU): host-paced timings slowed by 20-70% when "
+                   "other cores were busy. Experimental: slows builds and warm-ups; not yet measured on a GPU.")
 @click.option("--timing-cpus", default=None, type=click.IntRange(0, 64), metavar="N",
               help="Cores reserved for each device slot and its candidates; builds and warm-ups get the "
                    "rest (default: 2 per GPU when the host has 6 or more cores per GPU; 0 = no pinning).")

@@ -945,49 +945,52 @@ class DeviceEvaluator:
         if waited is not None:
             window["host_lock_wait_s"] = round(waited, 3)
         quieter = self.quieter
-        if quieter is not None:
-            # the run's builds and warm-ups pause: a timing the host paces follows the host's load
+        gpu0 = probe = cpu0 = None
+        try:
+            if quieter is not None:
+                # the run's builds and warm-ups pause (--quiet-host): a timing the host paces follows the
+                # host's load. Inside the try: whatever happens, they are continued below
+                try:
+                    window["quiet_pids"] = quieter.pause()
+                except Exception:  # noqa: BLE001 - comfort only: never a reason to keep the locks
+                    log.warning("could not pause the run's processes for a timing window", exc_info=True)
             try:
-                window["quiet_pids"] = quieter.pause()
-            except Exception:  # noqa: BLE001 - evidence and comfort only: never a reason to keep the locks
-                quieter = None
-        try:
-            probe = self._nvml_probe()
-            gpu0 = probe.sample() if probe is not None else None
-        except Exception:  # noqa: BLE001 - evidence only: never a reason to keep the locks
-            probe, gpu0 = None, None
-        cpu0 = _host_cpu_times()
-        try:
+                probe = self._nvml_probe()
+                gpu0 = probe.sample() if probe is not None else None
+            except Exception:  # noqa: BLE001 - evidence only: never a reason to keep the locks
+                probe, gpu0 = None, None
+            cpu0 = _host_cpu_times()
             yield window
         finally:
-            window["end"] = time.time()
-            if gpu0 is not None:
-                # the device's clocks, temperature, power and clock-event reasons as the window began and
-                # ended: a window that started at idle clocks or hit a power or thermal cap shows here
-                try:
-                    window["gpu_start"], window["gpu_end"] = gpu0, probe.sample()  # type: ignore[union-attr]
-                except Exception:  # noqa: BLE001
-                    window["gpu_start"] = gpu0
-            if quieter is not None:
-                try:
-                    quieter.resume()
-                    if window.get("quiet_pids"):
-                        window["quiet_s"] = round(quieter.last_s, 3)
-                except Exception:  # noqa: BLE001
-                    log.warning("could not continue the processes paused for a timing window", exc_info=True)
             try:
-                cpu1 = _host_cpu_times()
-                if cpu0 and cpu1 and cpu1[1] > cpu0[1]:
-                    # how busy the host's CPUs were meanwhile (builds, warm-ups, other slots): a busy host
-                    # delays kernel launches, which CUDA events then count as device time
-                    window["host_cpu_busy"] = round(1.0 - (cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]), 3)
+                window["end"] = time.time()
+                if gpu0 is not None:
+                    # the device's clocks, temperature, power and clock-event reasons as the window began and
+                    # ended: a window that started at idle clocks or hit a power or thermal cap shows here
+                    try:
+                        window["gpu_start"], window["gpu_end"] = gpu0, probe.sample()  # type: ignore[union-attr]
+                    except Exception:  # noqa: BLE001
+                        window["gpu_start"] = gpu0
             finally:
                 try:
-                    if host_lock is not None:
-                        host_lock.release()
+                    if quieter is not None:
+                        quieter.resume()
+                        if window.get("quiet_pids"):
+                            window["quiet_s"] = round(quieter.last_s, 3)
                 finally:
-                    if lock is not None:
-                        lock.release()
+                    try:
+                        cpu1 = _host_cpu_times()
+                        if cpu0 and cpu1 and cpu1[1] > cpu0[1]:
+                            # how busy the host's CPUs were meanwhile (builds, warm-ups, other slots): a busy
+                            # host delays kernel launches, which CUDA events then count as device time
+                            window["host_cpu_busy"] = round(1.0 - (cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]), 3)
+                    finally:
+                        try:
+                            if host_lock is not None:
+                                host_lock.release()
+                        finally:
+                            if lock is not None:
+                                lock.release()
 
     def _nvml_probe(self) -> Any:
         """This device's :class:`..hardware.NvmlProbe` (made on first use), or None off CUDA."""

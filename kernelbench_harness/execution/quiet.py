@@ -1,5 +1,7 @@
 """A quiet host while a timing window is open: the run's own builds and warm-ups are paused.
 
+Opt-in (``kbench run --quiet-host``), and not yet measured on a GPU.
+
 Session 9 on an H200 (``scripts/gpu/host_load.py``) showed that timings the host paces (a call the host
 issues more slowly than the GPU runs it) slow by 20-70% when other processes keep the host's *other*
 cores busy. Pinning the timing slot to its own cores does not isolate a VM's cores. Builds (nvcc, g++)
@@ -9,9 +11,10 @@ what the sweep happened to be compiling at that moment.
 :class:`HostQuieter` SIGSTOPs every process the run started (the runner's descendants) except the
 device slots and their candidates, for the duration of a window, and SIGCONTs them after. It is
 bounded: a watchdog lets them go on after ``max_s`` whatever the window does, so a window that needs
-something a paused process holds (an Inductor cache lock, say) waits at most that long. Paused
-processes hold the device's host lock neither shared nor exclusively (the window holds it
-exclusively), and a warm-up queued at its turnstile goes on as soon as they are continued.
+something a paused process holds (an Inductor cache lock, say) waits at most that long. On one
+device, paused processes hold the device's host lock neither shared nor exclusively (the window holds
+it exclusively). The local executor turns it on only where every slot is on one GPU: windows on two
+GPUs overlap, and one would continue what the other paused.
 
 Linux only (``/proc``); elsewhere nothing is paused.
 """
@@ -22,13 +25,34 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 
 __all__ = ["HostQuieter", "descendants", "continue_all"]
 
 
+def _children_of(pid: int) -> list[int] | None:
+    """The children of ``pid`` from ``/proc/<pid>/task/*/children``; None where the kernel does not
+    provide that file."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out  # ended meanwhile
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            if os.path.isdir(f"/proc/{pid}/task/{tid}"):
+                return None  # no such file on this kernel (CONFIG_PROC_CHILDREN off)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process visible in ``/proc`` (empty where there is no /proc)."""
+    """pid -> parent pid of every process visible in ``/proc`` (the slow path: every process read)."""
     out: dict[int, int] = {}
     try:
         names = os.listdir("/proc")
@@ -48,7 +72,8 @@ def _parents() -> dict[int, int]:
 
 def descendants(root: int, exclude: Iterable[int] = ()) -> list[int]:
     """Every descendant of process ``root`` (not ``root`` itself), leaving out each pid in ``exclude``
-    with all of its own descendants.
+    with all of its own descendants. Reads only the run's own processes where the kernel lists each
+    task's children, else every process in ``/proc``.
 
     Args:
         root: a process id.
@@ -57,18 +82,23 @@ def descendants(root: int, exclude: Iterable[int] = ()) -> list[int]:
     Returns:
         Process ids, parents before their children.
     """
-    children: dict[int, list[int]] = {}
-    for pid, ppid in _parents().items():
-        children.setdefault(ppid, []).append(pid)
-    skip = set(exclude)
+    skip = set(exclude) | {root}
+    by_parent: dict[int, list[int]] | None = None
     out: list[int] = []
-    todo = list(children.get(root, []))
+    todo: deque[int] = deque([root])
     while todo:
-        pid = todo.pop(0)
-        if pid in skip or pid == root:
-            continue
-        out.append(pid)
-        todo.extend(children.get(pid, []))
+        pid = todo.popleft()
+        kids = _children_of(pid) if by_parent is None else by_parent.get(pid, [])
+        if kids is None:  # the slow path from here on
+            by_parent = {}
+            for child, parent in _parents().items():
+                by_parent.setdefault(parent, []).append(child)
+            kids = by_parent.get(pid, [])
+        for child in kids:
+            if child not in skip:
+                skip.add(child)
+                out.append(child)
+                todo.append(child)
     return out
 
 
@@ -92,11 +122,14 @@ class HostQuieter:
             while they give way).
         max_s: the longest a pause lasts; then a watchdog continues the processes.
 
+    Raises:
+        ValueError: ``max_s`` is not positive.
+
     Usage::
 
         n = q.pause()    # as the window opens (after its locks are taken)
         ...              # timing
-        q.resume()       # as it closes (before the locks are released)
+        q.resume()       # as it closes (before the locks are released), also when pause() raised
     """
 
     def __init__(self, root: int, keep: Callable[[], Iterable[int]], max_s: float = 5.0) -> None:
@@ -107,45 +140,64 @@ class HostQuieter:
         self.max_s = float(max_s)
         self._paused: list[int] = []
         self._lock = threading.Lock()
+        self._gen = 0  # bumped by every pause and resume: a late watchdog of an earlier pause does nothing
         self._timer: threading.Timer | None = None
         self.last_s = 0.0  # how long the last pause lasted
         self._t0 = 0.0
 
     def pause(self) -> int:
-        """SIGSTOP the run's other processes; returns how many. A pause already in place is ended first."""
+        """SIGSTOP the run's other processes; returns how many. A pause already in place is ended first.
+        Every process is recorded before it is signalled, and the watchdog runs before the first
+        signal, so :meth:`resume` (or the watchdog) continues whatever was stopped."""
         self.resume()
         try:
             keep = set(self.keep()) | {os.getpid()}
         except Exception:  # noqa: BLE001 - without the list nothing is paused rather than a slot
             return 0
         pids = descendants(self.root, keep)
-        stopped: list[int] = []
+        if not pids:
+            return 0
+        with self._lock:
+            self._gen += 1
+            self._paused = list(pids)
+            self._t0 = time.perf_counter()
+            self._timer = threading.Timer(self.max_s, self._expire, args=(self._gen,))
+            self._timer.daemon = True
+            self._timer.start()
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
             except OSError:
                 pass
+        return len(pids)
+
+    def _expire(self, gen: int) -> None:
         with self._lock:
-            self._paused = stopped
-            self._t0 = time.perf_counter()
-            if stopped:
-                self._timer = threading.Timer(self.max_s, self.resume)
-                self._timer.daemon = True
-                self._timer.start()
-        return len(stopped)
+            if gen != self._gen:
+                return  # that pause has ended already
+        self.resume()
 
     def resume(self) -> None:
         """SIGCONT what :meth:`pause` stopped (a no-op when nothing is paused)."""
         with self._lock:
+            self._gen += 1
             paused, self._paused = self._paused, []
             timer, self._timer = self._timer, None
             if paused:
                 self.last_s = time.perf_counter() - self._t0
         if timer is not None and timer is not threading.current_thread():
             timer.cancel()
-        for pid in paused:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except OSError:
-                pass
+        i = 0
+        try:
+            while i < len(paused):
+                try:
+                    os.kill(paused[i], signal.SIGCONT)
+                except OSError:
+                    pass
+                i += 1
+        finally:
+            for pid in paused[i:]:  # interrupted (KeyboardInterrupt): continue the rest all the same
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:
+                    pass

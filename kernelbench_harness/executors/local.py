@@ -345,7 +345,12 @@ class LocalExecutor(Executor):
         # cores for the timing side: each slot (and its candidates) gets its own, and this process,
         # with every build and warm-up process it starts from now on, keeps the rest
         per_slot = self.options.pop("timing_cpus", None)
-        quiet_host = bool(self.options.pop("quiet_host", True))
+        quiet_host = bool(self.options.pop("quiet_host", False))
+        if quiet_host and len(set(devices)) > 1:
+            # windows on two GPUs overlap, and one would continue what the other paused
+            log.warning("--quiet-host pauses builds and warm-ups only where every slot is on one device; "
+                        "off for %d devices", len(set(devices)))
+            quiet_host = False
         self._saved_affinity: set[int] | None = None
         plan = None
         if hasattr(os, "sched_getaffinity"):

@@ -33,7 +33,7 @@ def _run(tmp_path, name: str, **kw):
 
 def test_two_slots_on_one_device_match_one_slot_and_take_turns_to_time(tmp_path):
     db, one = _run(tmp_path, "one", gpus="cpu")
-    _, two = _run(tmp_path, "two", gpus="cpu", slots_per_gpu=2)  # as --gpus cpu,cpu
+    _, two = _run(tmp_path, "two", gpus="cpu", slots_per_gpu=2, quiet_host=True)  # as --gpus cpu,cpu
     assert one.outcomes == two.outcomes == {"correct": 2}
     assert _outcomes(db, "one") == _outcomes(db, "two")
     st = Store(db)
@@ -47,7 +47,7 @@ def test_two_slots_on_one_device_match_one_slot_and_take_turns_to_time(tmp_path)
     finally:
         st.close()
     assert len({w["pid"] for w in windows}) == 2, "both slots should have timed something"
-    # the run's builds and warm-ups paused in every window (--quiet-host, on by default)
+    # the run's builds and warm-ups paused in every window (--quiet-host)
     assert all("quiet_pids" in w for w in windows), windows
     windows.sort(key=lambda w: w["start"])
     for a, b in zip(windows, windows[1:]):
