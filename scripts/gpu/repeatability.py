@@ -117,6 +117,8 @@ def main() -> int:
                     help="comma-separated; an entry may change protocol settings after a colon, separated by "
                          "'+': kbench:hide_launch=true+placements=4 (passed to kbench run as -P KEY=VALUE)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--kbench-args", default="", help="more arguments for kbench run, e.g. '--quiet-host'")
+    ap.add_argument("--tag", default="", help="added to the run names (runs with other --kbench-args)")
     ap.add_argument("--warm-workers", default="6")
     ap.add_argument("--work", type=Path, default=REPO / "results" / "kbrepeat",
                     help="stores and the replay file; a second call with the same folder continues: a finished "
@@ -134,15 +136,19 @@ def main() -> int:
     out_json = a.out / "repeat.json"
     before = json.loads((work / "repeat.json").read_text()) if (work / "repeat.json").exists() else {}
     env = dict(os.environ)
+
+    def label(proto: str) -> str:
+        """The protocol entry as the report names it: with the tag, runs under other kbench arguments."""
+        return f"{proto}@{a.tag}" if a.tag else proto
     for rep in "ABCDEFGH"[: a.repeats]:
         for proto in protocols:
             base, _, opts = proto.partition(":")
-            name = f"repeat-{proto.replace(':', '-').replace('+', '-').replace('=', '')}-{rep}"
+            name = f"repeat-{proto.replace(':', '-').replace('+', '-').replace('=', '')}{'-' + a.tag if a.tag else ''}-{rep}"
             db = work / f"{name}.db"
             rows = read_rows(db, name)
             earlier = (before.get("runs") or {}).get(name) or {}
             if len(rows) >= len(chosen):  # finished in an earlier call
-                report["runs"][name] = {**earlier, "protocol": proto, "repeat": rep, "rows": rows}
+                report["runs"][name] = {**earlier, "protocol": label(proto), "repeat": rep, "rows": rows}
                 print(f"{name}: reused ({len(rows)} results)", flush=True)
                 continue
             t0 = time.monotonic()
@@ -150,17 +156,17 @@ def main() -> int:
                    "--problems", a.problems, "--level", "1", "--ids", ids, "--protocol", base,
                    *[x for o in opts.split("+") if o for x in ("-P", o)],
                    "--db", str(db), "--run-name", name, "--no-report", "--display", "plain",
-                   "--warm-workers", a.warm_workers]
+                   "--warm-workers", a.warm_workers, *a.kbench_args.split()]
             if has_run(db, name):
                 cmd.append("--resume")
             p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
             rows = read_rows(db, name)
             wall = round(time.monotonic() - t0 + float(earlier.get("wall_s") or 0.0), 1)
-            report["runs"][name] = {"protocol": proto, "repeat": rep, "wall_s": wall, "calls": int(earlier.get("calls") or 0) + 1,
+            report["runs"][name] = {"protocol": label(proto), "repeat": rep, "wall_s": wall, "calls": int(earlier.get("calls") or 0) + 1,
                                     "rc": p.returncode, "rows": rows, "log_tail": (p.stdout + p.stderr)[-3000:]}
             (work / "repeat.json").write_text(json.dumps(report, indent=1, default=str))
             print(f"{name}: rc={p.returncode} {len(rows)} results in {time.monotonic() - t0:.0f} s", flush=True)
-            for pr in protocols:
+            for pr in map(label, protocols):
                 runs = [report["runs"][k]["rows"] for k in sorted(report["runs"]) if report["runs"][k]["protocol"] == pr]
                 if len(runs) >= 2:
                     report["summary"][pr] = summarize(runs[0], runs[1])
