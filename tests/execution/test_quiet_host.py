@@ -172,3 +172,15 @@ def test_descendants_leave_out_kept_subtrees_and_continue_all_undoes_a_pause(run
     q.resume()
     with pytest.raises(ValueError):
         HostQuieter(root, keep=list, max_s=0)
+
+
+def test_descendants_without_the_kernels_children_lists(run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels built without CONFIG_PROC_CHILDREN have no /proc/<pid>/task/*/children: every process's
+    parent is read instead, with the same answer."""
+    from kernelbench_harness.execution import quiet
+
+    root, build_pid, slot_pid, nvcc_pid, _files = run
+    fast = set(descendants(root))
+    monkeypatch.setattr(quiet, "_children_of", lambda pid: None)
+    assert set(descendants(root)) == fast == {build_pid, slot_pid, nvcc_pid}
+    assert set(descendants(root, [slot_pid])) == {build_pid, nvcc_pid}
