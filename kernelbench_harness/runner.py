@@ -292,13 +292,15 @@ def _check_environment() -> None:
 def _process_age_s() -> float | None:
     """Seconds since this process started (Linux ``/proc``; None elsewhere): interpreter start, imports
     and loading problems, before a run's executor starts."""
+    from .execution.quiet import proc_stat
+
+    fields = proc_stat("self")
     try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        start_ticks = int(fields[19])  # type: ignore[index]
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
         return round(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 3)
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, TypeError):
         return None
 
 

@@ -36,6 +36,7 @@ from .build import target_arch_list
 from .channel import ChannelClosed, ChannelError, ChannelTimeout
 from .guards import apply_tf32, cheat_findings, static_findings
 from .process import ChildHandle, Launcher
+from .quiet import in_tree, proc_stat
 from .sandbox import clean_environment, site_write_dirs
 from .scratch import HostDeviceLock, claim_scratch, device_lock_key, release_fd
 from .tensorio import DTYPES, TensorFormatError, encode_value, nbytes_of, read_tensor, tensor_name, write_tensor
@@ -77,6 +78,11 @@ def timing_set_count(rotate_inputs: int, n_correct: int, set_nbytes: int, total_
     if total_memory and set_nbytes > 0:
         k = min(k, int((TIMING_SETS_FRACTION * total_memory // set_nbytes - 1) // 2))
     return max(1, k)
+
+
+def planned_memory(device: torch.device, share: float) -> int:
+    """Bytes of CUDA ``device``'s memory one slot plans for: ``share`` (1/N with N slots on it) of the total."""
+    return int(torch.cuda.get_device_properties(device).total_memory * share)
 
 
 class ReferenceError_(RuntimeError):
@@ -305,9 +311,6 @@ class ProblemContext:
     REF_BUDGET_CUDA_FRACTION = 0.10  # of the device's total memory, when the variable is not set
     # a lazy comparison whose set's references take at least this much hands its allocator cache back
     EMPTY_CACHE_MIN_BYTES = 256 << 20
-    #: the fraction of the device's memory the slot plans for (see DeviceEvaluator's ``memory_share``)
-    memory_share: float = 1.0
-
     @classmethod
     def reference_budget_bytes(cls, device: torch.device) -> int | None:
         """The device memory stored references may take, in bytes: ``KBENCH_REF_BUDGET_BYTES`` when set,
@@ -330,7 +333,10 @@ class ProblemContext:
         return None
 
     def __init__(self, problem: Problem, protocol: Protocol, run_seed: int, device: torch.device,
-                 root: Path, ref_budget_bytes: int | None = None, redraw: bool | None = None) -> None:
+                 root: Path, ref_budget_bytes: int | None = None, redraw: bool | None = None,
+                 memory_share: float = 1.0) -> None:
+        # the fraction of the device's memory the slot plans for (see DeviceEvaluator's ``memory_share``)
+        self.memory_share = memory_share
         if ref_budget_bytes is None:
             ref_budget_bytes = self.reference_budget_bytes(device)
         self.problem = problem
@@ -592,8 +598,7 @@ class ProblemContext:
     def timing_sets(self) -> list[int]:
         """The input sets the candidate's timing cycles through (``protocol.rotate_inputs``), fewer where
         the candidate's process could not hold them (:func:`timing_set_count`)."""
-        total = (int(torch.cuda.get_device_properties(self.device).total_memory * self.memory_share)
-                 if self.device.type == "cuda" else None)
+        total = planned_memory(self.device, self.memory_share) if self.device.type == "cuda" else None
         return list(range(timing_set_count(self.protocol.rotate_inputs, self.n_correct, self.share_set_nbytes, total)))
 
     def job_fields(self, shared_sets: list[Any] | None = None) -> dict[str, Any]:
@@ -906,7 +911,8 @@ class DeviceEvaluator:
         return any(f for j, f in enumerate(flags[:]) if j != i)
 
     #: the longest a slot waits for the run's other slots' queued windows before it takes the lock back
-    #: anyway (a slot that died with its flag set must not stall the others)
+    #: anyway (a slot that died with its flag set must not stall the others), and for the lock itself
+    #: after its candidate was ended for running out of time while giving way
     QUEUE_WAIT_MAX_S = 600.0
 
     def _take_shared(self, lk: HostDeviceLock, deadline: float | None = None) -> None:
@@ -1023,8 +1029,8 @@ class DeviceEvaluator:
             del ctx
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-            ctx = ProblemContext(problem, protocol, run_seed, self.device, self.scratch, ref_budget_bytes=budget)
-            ctx.memory_share = self.memory_share
+            ctx = ProblemContext(problem, protocol, run_seed, self.device, self.scratch, ref_budget_bytes=budget,
+                                 memory_share=self.memory_share)
             self._contexts[key] = ctx
         return ctx
 
@@ -1204,7 +1210,7 @@ class DeviceEvaluator:
         except OSError:  # the lock files cannot be read: carry on holding the lock
             return 0.0
         if h is not None:
-            tamper = sorted(pid for pid in lk.holders() if _in_tree(pid, h.pid))
+            tamper = sorted(pid for pid in lk.holders() if in_tree(pid, h.pid))
             if tamper:
                 h.kill("device lock tamper")
                 raise ChannelError(f"the candidate's process {tamper[0]} holds or waits for the device's timing "
@@ -1226,10 +1232,11 @@ class DeviceEvaluator:
             if h is not None:
                 h.kill("timeout giving way to other slots' timing windows")
             try:  # the rest of this candidate's evaluation (and the baselines) still holds the lock
-                lk.acquire(shared=True, timeout_s=600.0)
+                lk.acquire(shared=True, timeout_s=self.QUEUE_WAIT_MAX_S)
             except (TimeoutError, OSError) as e:
                 self._gpu_share = None
-                raise RuntimeError(f"the device's host lock was not free again within 600 s: {e}") from None
+                raise RuntimeError(f"the device's host lock was not free again within "
+                                   f"{self.QUEUE_WAIT_MAX_S:.0f} s: {e}") from None
             raise ChannelTimeout("the device's lock was not free again before the candidate's time ran out")
         waited = time.perf_counter() - t0
         if phase is not None:
@@ -1360,8 +1367,7 @@ class DeviceEvaluator:
                 return None
         out_nbytes = _devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
         plan = share_plan(ctx.n_sets, ctx.share_set_nbytes, out_nbytes,
-                          int(torch.cuda.get_device_properties(self.device).total_memory * self.memory_share),
-                          self.SHARE_MAX_FRACTION)
+                          planned_memory(self.device, self.memory_share), self.SHARE_MAX_FRACTION)
         if plan is None:
             return None
         staged = plan == "staged"
@@ -1974,33 +1980,16 @@ def _log_tail(jobdir: Path, n: int = 4000) -> str:
         return ""
 
 
-def _in_tree(pid: int, root: int, depth: int = 16) -> bool:
-    """Whether process ``pid`` is ``root`` or one of its descendants (its parents in ``/proc``)."""
-    for _ in range(depth):
-        if pid == root:
-            return True
-        if pid <= 1:
-            return False
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                pid = int(f.read().rsplit(b") ", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            return False
-    return False
-
-
 def _wait_stopped(pid: int, timeout_s: float = 0.5) -> bool:
     """Wait until ``pid`` is stopped (``/proc/<pid>/stat`` state ``T``): a signal is delivered
     asynchronously, and the process runs on until then. False when it is not stopped by ``timeout_s``
     (or /proc cannot tell)."""
     end = time.monotonic() + timeout_s
     while True:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                state = f.read().rsplit(b") ", 1)[1][:1]
-        except (OSError, IndexError):
+        fields = proc_stat(pid)
+        if not fields:
             return False
-        if state in (b"T", b"t", b"Z", b"X"):
+        if fields[0] in ("T", "t", "Z", "X"):
             return True
         if time.monotonic() >= end:
             return False

@@ -28,7 +28,31 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-__all__ = ["HostQuieter", "descendants", "continue_all"]
+__all__ = ["HostQuieter", "descendants", "continue_all", "in_tree", "proc_stat"]
+
+
+def proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (``pid`` may be ``"self"``): index 0
+    is the state (``R``, ``S``, ``T``...), 1 the parent's pid, 19 the start time in clock ticks. None
+    where the process is gone or /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b") ", 1)[1].decode("ascii", "replace").split()
+    except (OSError, IndexError):
+        return None
+
+
+def in_tree(pid: int, root: int, depth: int = 16) -> bool:
+    """Whether process ``pid`` is ``root`` or one of its descendants (following parents in ``/proc``,
+    at most ``depth`` generations)."""
+    for _ in range(depth):
+        if pid == root:
+            return True
+        fields = proc_stat(pid) if pid > 1 else None
+        if not fields or len(fields) < 2 or not fields[1].isdigit():
+            return False
+        pid = int(fields[1])
+    return False
 
 
 def _children_of(pid: int) -> list[int] | None:
@@ -59,14 +83,9 @@ def _parents() -> dict[int, int]:
     except OSError:
         return out
     for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                rest = f.read().rsplit(b") ", 1)[1].split()
-            out[int(name)] = int(rest[1])
-        except (OSError, IndexError, ValueError):
-            continue  # ended meanwhile
+        fields = proc_stat(name) if name.isdigit() else None
+        if fields and len(fields) > 1 and fields[1].isdigit():  # else ended meanwhile
+            out[int(name)] = int(fields[1])
     return out
 
 

@@ -9,6 +9,7 @@ and the job in flight becomes that candidate's ``runtime_error``; the run goes o
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import multiprocessing as mp
 import os
@@ -130,18 +131,19 @@ def resolve_devices(spec: str | None, *, cpu_ok: bool = True) -> list[str]:
     return [f"cuda:{i}" for i in idx]
 
 
-_GPU_COUNTS: dict[str | None, int] = {}
-
-
 def _gpu_count() -> int:
     """Number of CUDA GPUs, asked in a child process so this process never initialises CUDA; asked once
     per ``CUDA_VISIBLE_DEVICES`` value (the child imports torch: seconds, and a run asks twice)."""
     env_cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env_cvd is not None and env_cvd.strip() in ("", "-1"):
         return 0
-    if env_cvd not in _GPU_COUNTS:
-        _GPU_COUNTS[env_cvd] = _ask_gpu_count()
-    return _GPU_COUNTS[env_cvd]
+    return _gpu_count_for(env_cvd)
+
+
+@functools.cache
+def _gpu_count_for(env_cvd: str | None) -> int:
+    """:func:`_ask_gpu_count`, once per ``CUDA_VISIBLE_DEVICES`` value."""
+    return _ask_gpu_count()
 
 
 def _ask_gpu_count() -> int:
@@ -161,6 +163,11 @@ def _ask_gpu_count() -> int:
         return int(out.stdout.strip() or 0)
     except (subprocess.SubprocessError, ValueError, OSError):
         return 0
+
+
+def _slot_pids(shared: Any) -> list[int]:
+    """The slot workers' pids in the executor's shared array (0: a slot not started yet)."""
+    return [p for p in shared[:] if p > 0]
 
 
 def _die_with_parent() -> None:
@@ -183,8 +190,6 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
     # its Python stacks on SIGUSR1 (scripts/gpu's lock watch asks a long holder of the device's lock);
     # without a handler the signal would end the worker
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    if window_queue is not None:
-        window_queue[0][window_queue[1]] = 0  # a restarted worker's predecessor may have died in a window
     from ..execution.sandbox import make_undumpable
 
     make_undumpable()
@@ -212,7 +217,7 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
 
         root, slot_pids = quiet
         # the runner's other descendants pause while this slot times: builds, warm-ups (not the slots)
-        quieter = HostQuieter(root, lambda: [p for p in slot_pids[:] if p > 0])
+        quieter = HostQuieter(root, lambda: _slot_pids(slot_pids))
 
     ev = DeviceEvaluator(dev, scratch_dir=options.get("scratch_dir"), build_cache=options.get("build_cache"),
                          start_method=options.get("start_method", "zygote"),
@@ -314,7 +319,7 @@ class _Slot:
                     # it may have died with the run's builds and warm-ups paused for a window
                     from ..execution.quiet import continue_all
 
-                    continue_all(os.getpid(), [p for p in self.slot_pids[:] if p > 0])
+                    continue_all(os.getpid(), _slot_pids(self.slot_pids))
                 self._start()
                 return ("died", f"device worker died (exit code {code}): {e}")
 

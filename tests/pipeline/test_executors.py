@@ -103,18 +103,21 @@ def test_candidates_of_one_problem_on_two_slots_share_one_baseline_measurement(t
 
 def test_the_gpu_count_is_asked_once_per_visible_devices_value(monkeypatch):
     """A run resolves its devices twice before its slots start; each ask starts a Python that imports torch
-    (about 4 s of the 11-13 s a GPU run took to reach its executor in session 10)."""
+    (seconds on the H200 host, where a GPU run took 11-13 s to reach its executor in session 10)."""
     from kernelbench_harness.executors import local
 
     asked: list[str | None] = []
-    monkeypatch.setattr(local, "_GPU_COUNTS", {})
-    monkeypatch.setattr(local, "_ask_gpu_count", lambda: asked.append(local.os.environ.get("CUDA_VISIBLE_DEVICES")) or 2)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert local.resolve_devices(None) == ["cuda:0", "cuda:1"]
-    assert local.resolve_devices("1") == ["cuda:1"]
-    assert asked == ["0,1"]
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4")
-    local.resolve_devices(None)
-    assert asked == ["0,1", "3,4"]
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert local.resolve_devices(None) == ["cpu"] and len(asked) == 2  # none visible: nothing asked
+    local._gpu_count_for.cache_clear()
+    try:
+        monkeypatch.setattr(local, "_ask_gpu_count", lambda: asked.append(local.os.environ.get("CUDA_VISIBLE_DEVICES")) or 2)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+        assert local.resolve_devices(None) == ["cuda:0", "cuda:1"]
+        assert local.resolve_devices("1") == ["cuda:1"]
+        assert asked == ["0,1"]
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4")
+        local.resolve_devices(None)
+        assert asked == ["0,1", "3,4"]
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+        assert local.resolve_devices(None) == ["cpu"] and len(asked) == 2  # none visible: nothing asked
+    finally:
+        local._gpu_count_for.cache_clear()  # the stand-in counts must not outlive the test
