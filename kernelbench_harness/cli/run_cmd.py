@@ -287,6 +287,9 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
     get_protocol(protocol, precision, **overrides)
     if resume and not run_name:
         raise click.UsageError("--resume needs --run-name (see `kbench runs list`)")
+    if executor == "ray" and (slots_per_gpu > 1 or quiet_host):
+        raise click.UsageError("--slots-per-gpu and --quiet-host apply to the local executor (Ray runs one actor "
+                               "per GPU): drop them, or use --executor local")
     parse_id_ranges(ids)
     check_problems_source(problems)
     cfg = RunConfig(model=model, run_name=run_name, problems=problems, levels=parse_levels(level), ids=ids,

@@ -238,3 +238,11 @@ def test_baseline_command_reports_a_dead_worker_in_its_row_and_goes_on(tmp_path,
     for mode in ("eager", "compile:default"):
         assert by_id[("1", mode)][4] == "-" and "killed from outside" in by_id[("1", mode)][6], res.output
         assert by_id[("2", mode)][4] == "2" and by_id[("2", mode)][6] == "", res.output  # the next problem goes on
+
+
+def test_local_executor_options_with_ray_are_refused_before_anything_is_stored(tmp_path):
+    for extra in (["--slots-per-gpu", "2"], ["--quiet-host"]):
+        res, _ = _run(tmp_path, "--executor", "ray", "--gpus", "cpu", *extra)
+        assert res.exit_code == 2, res.output
+        assert "local executor" in res.output and "--executor local" in res.output
+        assert not (tmp_path / "k.db").exists()  # nothing stored
