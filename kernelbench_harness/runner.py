@@ -421,6 +421,10 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         raise
     pool: BuildPool | None = None
     status = "interrupted"
+    # the torch.compile warm-up's per-problem record, filled as each problem's compile ends (kept when the run
+    # is cut short, too: see _warm_record)
+    warm_info: dict[str, Any] = {}
+    warm_t0: list[float] = []
     try:
         fp = executor.fingerprint()
         startup_s["executor"] = round(time.perf_counter() - t_exec0, 3)  # device slots started, sandbox probed
@@ -571,7 +575,6 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         by_key = {(p.level, p.problem_id): p for p in problems}
         warm_gate = asyncio.Event()  # set once the problems being warmed are known
         warm_events: dict[str, asyncio.Event] = {}
-        warm_info: dict[str, Any] = {}
 
         async def warm() -> None:
             from .execution.warm import warm_compile
@@ -596,13 +599,13 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                         if ev is not None:
                             loop.call_soon_threadsafe(ev.set)
 
-                    t0 = time.perf_counter()
-                    warm_info.update(await asyncio.to_thread(
+                    warm_t0.append(time.perf_counter())
+                    await asyncio.to_thread(
                         warm_compile, cold, precision=protocol.precision,
                         modes=[m.split(":", 1)[1] for m in modes if m.startswith("compile:")],
                         no_grad=protocol.reference_no_grad, device_index=dev0.split(":", 1)[1] if gpu else None,
-                        workers=workers, on_done=done))
-                    phase_s["warm"] = time.perf_counter() - t0
+                        workers=workers, on_done=done, results=warm_info)
+                    phase_s["warm"] = time.perf_counter() - warm_t0[0]
             finally:
                 warm_gate.set()
                 for ev in warm_events.values():
@@ -648,7 +651,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         if warm_info:
             # the torch.compile warm-up: per problem its modes' seconds, and (GPU) its waits for the device
             # lock and the epochs of its GPU work, to check against the timing windows' epochs
-            end_fp["warm"] = warm_info
+            end_fp["warm"] = _warm_record(stored, warm_info, warm_t0)
         store.set_run_status(run_name, status, hardware=end_fp)
         return RunSummary(run_name=run_name, db_url=store.safe_url, outcomes=outcomes, evaluated=n_eval,
                           skipped_done=skipped, wall_s=time.perf_counter() - t_run, phase_s=phase_s,
@@ -657,7 +660,11 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     except BaseException:
         try:
             if store.get_run(run_name) is not None:
-                store.set_run_status(run_name, "interrupted")
+                hw = None
+                if warm_info:  # the compiles that finished before the cut, which a resumed run does not redo
+                    hw = {**(store.get_run(run_name).hardware or {}),  # type: ignore[union-attr]
+                          "warm": _warm_record(stored, dict(warm_info), warm_t0)}
+                store.set_run_status(run_name, "interrupted", hardware=hw)
         except Exception:
             pass
         raise
@@ -670,6 +677,22 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 await executor.close()
             finally:
                 store.close()
+
+
+def _warm_record(stored: Any, warm_info: dict[str, Any], warm_t0: list[float]) -> dict[str, Any]:
+    """The run's ``hardware["warm"]``: this part's per-problem warm-up record merged over the one an earlier,
+    interrupted part of the same run stored (``stored``: its RunInfo, None for a new run), so a resumed run
+    keeps the compile times of the problems it did not compile again. ``_wall_s`` is this part's warm-up
+    wall time (to the cut, for a run cut short: then ``_cut`` is true); ``_wall_s_parts`` lists every part's."""
+    earlier = dict(((getattr(stored, "hardware", None) or {}).get("warm")) or {})
+    rec = {k: v for k, v in earlier.items() if not k.startswith("_")}
+    rec.update(warm_info)
+    if "_wall_s" not in warm_info:
+        rec["_cut"] = True
+        rec["_wall_s"] = round(time.perf_counter() - warm_t0[0], 2) if warm_t0 else 0.0
+    parts = list(earlier.get("_wall_s_parts") or ([earlier["_wall_s"]] if "_wall_s" in earlier else []))
+    rec["_wall_s_parts"] = parts + [rec["_wall_s"]]
+    return rec
 
 
 async def measure_baselines_for(problems: list[Problem], *, protocol: Protocol, db: str | None, gpus: str | None,

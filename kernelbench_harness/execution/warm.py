@@ -251,7 +251,8 @@ def _gate_benchmarks(torch: Any, gate: Callable[[], Any]) -> Callable[[], None]:
 
 def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], no_grad: bool,
                  device_index: str | None, workers: int, seed: int = 0,
-                 timeout_s: float = 1800.0, on_done: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 timeout_s: float = 1800.0, on_done: Callable[[str], None] | None = None,
+                 results: dict[str, Any] | None = None) -> dict[str, Any]:
     """Compile every problem's reference with torch.compile in ``modes`` in ``workers`` processes.
 
     Args:
@@ -263,6 +264,8 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
         on_done: called (from this thread) with ``problem.key`` as soon as that problem's compile
             finished or failed, so its evaluations can start while others still compile; called for
             every problem by the time this function returns.
+        results: the dict to fill and return (default: a new one), entry by entry as each problem
+            finishes, so a caller cut short (Ctrl-C, a budget) still has the problems compiled so far.
 
     Returns:
         ``{problem.key: {mode: seconds or error}}``, plus ``"_wall_s"``. On a GPU each problem's dict
@@ -272,9 +275,10 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
         window): skip keys starting with ``_`` when reading the modes.
     """
     t0 = time.perf_counter()
-    res: dict[str, Any] = {}
+    res: dict[str, Any] = results if results is not None else {}
     if not problems or workers <= 0:
-        return {"_wall_s": 0.0}
+        res["_wall_s"] = 0.0
+        return res
     device = "cuda:0" if device_index is not None else "cpu"
     ncpu = os.cpu_count() or 1
     threads = max(1, ncpu // max(1, workers))

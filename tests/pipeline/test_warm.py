@@ -232,3 +232,59 @@ def test_a_model_with_a_graph_break_is_compiled_all_inside_the_lock(monkeypatch)
     # the one-graph attempt outside the lock fails at tracing; the plain compile runs inside one stretch
     assert compiles == [(True, False), (False, True)]
     assert stretches == [1]
+
+
+def test_the_warm_up_fills_the_callers_dict_as_problems_finish():
+    problems = [Problem(1, 1, "Good", GOOD, "1_Good.py")]
+    into: dict = {}
+    seen_at_done: list[bool] = []
+
+    def on_done(key: str) -> None:
+        seen_at_done.append(key in into)  # already there when the caller hears of it
+
+    res = warm_compile(problems, precision="fp32", modes=[], no_grad=True, device_index=None, workers=1,
+                       on_done=on_done, results=into)
+    assert res is into and problems[0].key in into and "_wall_s" in into
+    assert seen_at_done == [True]
+
+
+def test_warm_record_merges_an_interrupted_parts_compiles_and_marks_a_cut():
+    from types import SimpleNamespace
+
+    from kernelbench_harness.runner import _warm_record
+
+    first = _warm_record(None, {"L2/1": {"default": 9.0}}, [0.0])  # cut: no _wall_s from warm_compile
+    assert first["_cut"] is True and first["L2/1"] == {"default": 9.0} and len(first["_wall_s_parts"]) == 1
+    resumed = SimpleNamespace(hardware={"warm": first})
+    second = _warm_record(resumed, {"L2/2": {"default": 4.0}, "_wall_s": 12.5}, [0.0])
+    assert second["L2/1"] == {"default": 9.0} and second["L2/2"] == {"default": 4.0}
+    assert second["_wall_s"] == 12.5 and "_cut" not in second
+    assert second["_wall_s_parts"] == [first["_wall_s"], 12.5]
+
+
+def test_a_run_cut_short_keeps_the_compiles_it_finished(tmp_path, monkeypatch):
+    import asyncio
+
+    import pytest
+
+    from kernelbench_harness.runner import RunConfig, execute_run
+    from kernelbench_harness.store import Store
+
+    def cut(self, *a, **k):
+        raise KeyboardInterrupt  # Ctrl-C (or a budget's SIGINT) while the first result is stored
+
+    db = f"sqlite:///{tmp_path / 'kb.db'}"
+    cfg = RunConfig(model="bundled", levels=(1,), ids="1", run_name="warm-cut", db=db, gpus="cpu",
+                    build_cache=str(tmp_path / "cache"), warm_workers=1, timeout_s=120)
+    monkeypatch.setattr(Store, "record_attempt", cut)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(execute_run(cfg))
+    monkeypatch.undo()
+    st = Store(db)
+    try:
+        run = st.get_run("warm-cut")
+        assert run.status == "interrupted"
+        warm = run.hardware["warm"]
+        assert any(k.startswith("L1/") for k in warm) and warm["_wall_s_parts"]
+    finally:
+        st.close()
