@@ -111,6 +111,9 @@ def main() -> int:
     ap.add_argument("--db", type=Path, default=REPO / "results" / "sweep.db")
     ap.add_argument("--gpus", default=None, help="passed to kbench run (e.g. 0,0: two slots on one GPU)")
     ap.add_argument("--tag", default="", help="run names sweep-<phase>-<tag> (a cold run split by level)")
+    ap.add_argument("--only-correct-in", default=None, metavar="RUN",
+                    help="only the problems with a correct result in this run of --db (a cached run over what a "
+                         "cold run finished, across levels)")
     a = ap.parse_args()
     lo, _, hi = a.levels.partition("-")
     levels = list(range(int(lo), int(hi or lo) + 1))
@@ -118,6 +121,14 @@ def main() -> int:
     a.db.parent.mkdir(parents=True, exist_ok=True)
     cands = REPO / "results" / "sweep_candidates.jsonl"
     rows = make_candidates(a.problems, levels, a.limit, {int(x) for x in a.ids.split(",")} if a.ids else None)
+    if a.only_correct_in:
+        con = sqlite3.connect(f"file:{a.db}?mode=ro", uri=True)
+        done = set(con.execute(
+            "select s.level, s.problem_id from samples s join runs r on r.id = s.run_id join attempts t on "
+            "t.sample_pk = s.id join results x on x.attempt_pk = t.id where r.run_name = ? and x.outcome = 'correct'",
+            (a.only_correct_in,)).fetchall())
+        con.close()
+        rows = [r for r in rows if (r["level"], r["problem_id"]) in done]
     cands.write_text("".join(json.dumps(r) + "\n" for r in rows))
     times: dict[str, float] = {"candidates": len(rows)}
     t_start = time.monotonic()
