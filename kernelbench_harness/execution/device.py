@@ -774,6 +774,9 @@ class DeviceEvaluator:
             at the host lock's turnstile are seen.
         quieter: a :class:`.quiet.HostQuieter` that pauses the run's builds and warm-ups while a timing
             window is open (None: nothing is paused).
+        memory_ledger: this slot's :class:`.memledger.MemoryLedger` on a device shared with other slots
+            of the run: each job then plans for the share it needs while the others need little, instead
+            of the fixed ``memory_share`` (see :mod:`.memledger`). None: the fixed share.
 
     Raises:
         ValueError: ``memory_share`` is not in (0, 1].
@@ -784,12 +787,15 @@ class DeviceEvaluator:
                  memory_limit_bytes: int | None = None, sandbox: bool = True,
                  extra_env: dict[str, str] | None = None, timing_lock: Any = None,
                  physical_device: str | None = None, memory_share: float = 1.0,
-                 window_queue: tuple[Any, int] | None = None, quieter: Any = None) -> None:
+                 window_queue: tuple[Any, int] | None = None, quieter: Any = None,
+                 memory_ledger: Any = None) -> None:
         self.window_queue = window_queue
+        self.memory_ledger = memory_ledger
         self.quieter = quieter
         if not 0.0 < memory_share <= 1.0:
             raise ValueError(f"memory_share={memory_share!r}: expected a fraction in (0, 1]")
         self.memory_share = float(memory_share)
+        self._job_share = self.memory_share  # the share the current job plans for (_plan_memory)
         self.device = torch.device(device if device != "cuda" else "cuda:0")
         self.timing_lock = timing_lock
         self.physical_device = physical_device or str(self.device)
@@ -1150,7 +1156,58 @@ class DeviceEvaluator:
             (mode -> TimingStats dict) so the caller can store them.
         """
         with self._gpu_work():
-            return self._evaluate(job)
+            try:
+                return self._evaluate(job)
+            finally:
+                if self.memory_ledger is not None:
+                    self.memory_ledger.release()
+                self._job_share = self.memory_share
+
+    #: the longest a job waits for its share of the device's memory before it plans for the fixed share
+    MEMORY_WAIT_MAX_S = 300.0
+
+    def _plan_memory(self, ctx: ProblemContext, phase: dict[str, float]) -> None:
+        """Choose the share of the device's memory this job plans for (its shared input sets and timing
+        copies): the fixed ``memory_share`` without a ledger; with one (several slots on this GPU), a
+        claim sized by the problem (:func:`.memledger.memory_need`). A job that needs at most the fixed
+        share plans for it and claims only its need; a larger one plans for what it is granted. While
+        it waits for memory, this slot gives the device's host lock up (the other slots' timing windows
+        must go on for their memory to come back). Sets ``ctx.memory_share``; adds ``memory_wait`` (s)
+        to ``phase`` when it waited."""
+        share = self.memory_share
+        led = self.memory_ledger
+        if led is not None and self.device.type == "cuda":
+            from .memledger import job_share, memory_need
+
+            total = int(torch.cuda.get_device_properties(self.device).total_memory)
+            need = memory_need(
+                n_sets=ctx.n_sets, set_nbytes=ctx.share_set_nbytes if ctx.share_places is not None else 0,
+                out_nbytes=_devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN,
+                ref_nbytes=0 if ctx.lazy_refs else int(ctx.ref_estimate_bytes),
+                timing_sets=min(ctx.protocol.rotate_inputs, ctx.n_correct), total_bytes=total,
+                share_fraction=self.SHARE_MAX_FRACTION, timing_fraction=TIMING_SETS_FRACTION)
+            released: list[HostDeviceLock] = []
+
+            def give_lock_up() -> None:
+                lk = self._gpu_share
+                if lk is not None:
+                    torch.cuda.synchronize(self.device)
+                    lk.release()
+                    released.append(lk)
+            try:
+                share, waited = job_share(led, need, self.memory_share, wait_s=self.MEMORY_WAIT_MAX_S,
+                                          on_wait=give_lock_up)
+            finally:
+                for lk in released:
+                    try:
+                        self._take_shared(lk)
+                    except OSError as e:
+                        self._gpu_share = None
+                        raise RuntimeError(f"taking the device's host lock back failed: {e}") from None
+            if waited > 0:
+                phase["memory_wait"] = phase.get("memory_wait", 0.0) + waited
+        self._job_share = share
+        ctx.memory_share = share
 
     @contextlib.contextmanager
     def _gpu_work(self) -> Iterator[None]:
@@ -1256,6 +1313,7 @@ class DeviceEvaluator:
             return EvalResult(Outcome.RUNTIME_ERROR, error=f"reference failed: {e}", findings=tuple(findings),
                               device=str(self.device), extra={"reference_error": True})
         phase["reference"] = ctx.setup_s
+        self._plan_memory(ctx, phase)
         modes = ["eager", f"compile:{protocol.compile_mode}"]
         known = dict(job.baselines)
         # baselines timed in this job alternate with the candidate (protocol.alternate_rounds)
@@ -1367,7 +1425,7 @@ class DeviceEvaluator:
                 return None
         out_nbytes = _devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
         plan = share_plan(ctx.n_sets, ctx.share_set_nbytes, out_nbytes,
-                          planned_memory(self.device, self.memory_share), self.SHARE_MAX_FRACTION)
+                          planned_memory(self.device, self._job_share), self.SHARE_MAX_FRACTION)
         if plan is None:
             return None
         staged = plan == "staged"
@@ -1726,6 +1784,7 @@ class DeviceEvaluator:
             extra = dict(res.extra)
             extra.update({"sandbox": env_note, "build": build_info, "weights": weights, "launches": launches,
                           "input_exchange": ("staged" if shared[1].get("staged") else "shared") if shared else "files",
+                          "memory_share": round(self._job_share, 4),
                           "profile": profile, "timing_info": {k: v for k, v in tinfo.items() if k != "synced_ms"},
                           "timing_windows": timing_windows,
                           "peak_rss_bytes": h.peak_rss_bytes})

@@ -182,7 +182,8 @@ def _die_with_parent() -> None:
 
 
 def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any = None,
-               window_queue: tuple[Any, int] | None = None, quiet: tuple[int, Any] | None = None) -> None:
+               window_queue: tuple[Any, int] | None = None, quiet: tuple[int, Any] | None = None,
+               ledger: tuple[Any, Any, Any, int] | None = None) -> None:
     """Device-worker process: owns one device, serves jobs until told to stop."""
     _die_with_parent()
     import faulthandler
@@ -219,12 +220,17 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
         # the runner's other descendants pause while this slot times: builds, warm-ups (not the slots)
         quieter = HostQuieter(root, lambda: _slot_pids(slot_pids))
 
+    memory_ledger = None
+    if ledger is not None:
+        from ..execution.memledger import MemoryLedger
+
+        memory_ledger = MemoryLedger(*ledger)
     ev = DeviceEvaluator(dev, scratch_dir=options.get("scratch_dir"), build_cache=options.get("build_cache"),
                          start_method=options.get("start_method", "zygote"),
                          memory_limit_bytes=options.get("memory_limit_bytes"), sandbox=options.get("sandbox", True),
                          timing_lock=timing_lock, physical_device=device,
                          memory_share=float(options.get("memory_share", 1.0)), window_queue=window_queue,
-                         quieter=quieter)
+                         quieter=quieter, memory_ledger=memory_ledger)
     fp = ev.fingerprint()
     fp["slot_device"] = device
     if hasattr(os, "sched_getaffinity"):
@@ -257,7 +263,8 @@ def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any
 
 class _Slot:
     def __init__(self, index: int, device: str, options: dict[str, Any], timing_lock: Any,
-                 window_queue: tuple[Any, int] | None = None, slot_pids: Any = None) -> None:
+                 window_queue: tuple[Any, int] | None = None, slot_pids: Any = None,
+                 ledger: tuple[Any, Any, Any, int] | None = None) -> None:
         """Start the worker process; :meth:`wait_ready` waits for it (the executor starts every slot first)."""
         self.index = index
         self.device = device
@@ -265,6 +272,7 @@ class _Slot:
         self.timing_lock = timing_lock
         self.window_queue = window_queue
         self.slot_pids = slot_pids  # every slot's worker pid (shared), or None: no quiet host
+        self.ledger = ledger  # (claims, pending, lock, index on the device) of the memory ledger, or None
         self.lock = threading.Lock()
         self.fingerprint: dict[str, Any] = {}
         self._launch()
@@ -277,7 +285,8 @@ class _Slot:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_slot_main, args=(child, self.device, self.options, self.timing_lock, self.window_queue,
-                                      (os.getpid(), self.slot_pids) if self.slot_pids is not None else None),
+                                      (os.getpid(), self.slot_pids) if self.slot_pids is not None else None,
+                                      self.ledger),
                                 name=f"kbench-slot{self.index}", daemon=True)
         self.proc.start()
         if self.slot_pids is not None:
@@ -315,6 +324,10 @@ class _Slot:
                     pass
                 if self.window_queue is not None:  # it may have died waiting for or holding a window
                     self.window_queue[0][self.window_queue[1]] = 0
+                if self.ledger is not None:  # or holding or waiting for a share of the device's memory
+                    from ..execution.memledger import clear_slot
+
+                    clear_slot(self.ledger[0], self.ledger[1], self.ledger[3])
                 if self.slot_pids is not None:
                     # it may have died with the run's builds and warm-ups paused for a window
                     from ..execution.quiet import continue_all
@@ -368,7 +381,8 @@ class LocalExecutor(Executor):
             if explicit and per_slot and plan is None:
                 log.warning("--timing-cpus %s: too few cores (%d) for %d slot(s); not pinning", per_slot,
                             len(avail), len(devices))
-        # N slots on one GPU plan for 1/N of its memory each (shared input sets, timing copies, references)
+        # N slots on one GPU plan for 1/N of its memory each (shared input sets, timing copies, references),
+        # or, through the device's memory ledger, each job for what it needs while the others need little
         slot_opts = [{**self.options, "memory_share": 1.0 / devices.count(d)} for d in devices]
         if plan is not None:
             for o, cpus in zip(slot_opts, plan[0]):
@@ -380,7 +394,13 @@ class LocalExecutor(Executor):
         index_on = [devices[:i].count(d) for i, d in enumerate(devices)]
         # every slot's pid: while one times, the run's other processes (builds, warm-ups) pause, not these
         slot_pids = ctx.Array("i", len(devices), lock=False) if quiet_host else None
-        self._slots = [_Slot(i, d, slot_opts[i], locks[d], (queues[d], index_on[i]), slot_pids)
+        # per physical device with several slots: the memory ledger (see execution/memledger.py)
+        from ..execution import memledger
+
+        ledgers = {d: memledger.new_state(ctx, devices.count(d)) for d in set(devices)
+                   if devices.count(d) > 1 and memledger.enabled()}
+        self._slots = [_Slot(i, d, slot_opts[i], locks[d], (queues[d], index_on[i]), slot_pids,
+                             (*ledgers[d], index_on[i]) if d in ledgers else None)
                        for i, d in enumerate(devices)]
         try:
             for slot in self._slots:
