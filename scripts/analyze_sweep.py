@@ -66,6 +66,22 @@ def main() -> int:
         if wall:
             print(f"   wall {wall:.1f} s = {wall / max(1, n):.2f} s per candidate, {60 * n / wall:.1f} candidates/min")
             print(f"   inside timing windows: {busy:.1f} s = {100 * busy / wall:.1f}% of the wall (GPU busy timing)")
+        stamps = sorted(at.created_at for at in atts if at.created_at)
+        if len(stamps) >= 2:  # a run cut short has no wall: the span from its first result to its last
+            span = (stamps[-1] - stamps[0]).total_seconds()
+            print(f"   first to last result: {span:.1f} s for {len(stamps) - 1} more = "
+                  f"{span / (len(stamps) - 1):.2f} s per candidate; timing windows {100 * busy / max(span, 1e-9):.1f}% "
+                  f"of it; status {info.status}")
+            by_level: dict[int, list] = defaultdict(list)
+            for at in atts:
+                if at.created_at:
+                    by_level[at.level].append(at.created_at)
+            if len(by_level) > 1:
+                for lv, ts in sorted(by_level.items()):
+                    ts.sort()
+                    sp = (ts[-1] - ts[0]).total_seconds()
+                    print(f"     level {lv}: {len(ts)} candidates, first to last {sp:.1f} s"
+                          + (f" = {sp / (len(ts) - 1):.2f} s per candidate" if len(ts) > 1 else ""))
         print(f"   timing windows: {len(windows)} on {len(by_dev)} device(s), overlapping pairs: {overlaps}")
         busy_cpu = [w["host_cpu_busy"] for w in windows if "host_cpu_busy" in w]
         if len(busy_cpu) >= 2:  # recorded since session 4: how loaded the host was while timing

@@ -4,7 +4,10 @@
 The candidate for each problem is the reference re-expressed as ``ModelNew`` (the problem's ``Model``
 renamed, so weights and parameter names are the same) whose output goes through one trivial Triton
 copy kernel: an honest candidate with one custom kernel, about 1.0x against eager. Triton kernels
-need no build, so the sweep measures the evaluation pipeline itself.
+need no build, so the sweep measures the evaluation pipeline itself; but each candidate's process compiles
+its Triton kernel on its first call (about 1.2 s on an H200, inside the slot). ``--kernel cuda`` uses one
+CUDA copy kernel through ``load_inline`` instead, the same source in every candidate: the build pool
+compiles it once (content-addressed cache) and each slot loads the binary, as with real CUDA candidates.
 
     python3 scripts/gpu/sweep.py --problems .data/kernelbench --out $OUT [--levels 1-3] [--limit N]
         [--budget-s 540] [--phase cold|cached|both]
@@ -62,8 +65,69 @@ class ModelNew(_KbReference):
 '''
 
 
+CUDA_WRAPPER = r'''
+
+from torch.utils.cpp_extension import load_inline as _kb_load_inline
+
+_KB_CUDA = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <cstdint>
+
+__global__ void kb_copy16(const int4* __restrict__ src, int4* __restrict__ dst, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+__global__ void kb_copy1(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+torch::Tensor kb_copy(torch::Tensor src) {
+    TORCH_CHECK(src.is_cuda(), "kb_copy: a CUDA tensor");
+    auto s = src.contiguous();
+    auto d = torch::empty_like(s);
+    const int64_t nbytes = s.numel() * (int64_t)s.element_size();
+    if (nbytes == 0) return d;
+    const void* sp = s.data_ptr();
+    void* dp = d.data_ptr();
+    const int threads = 256;
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    if (nbytes % 16 == 0 && (uintptr_t)sp % 16 == 0 && (uintptr_t)dp % 16 == 0) {
+        const int64_t n = nbytes / 16;
+        const int blocks = (int)std::min<int64_t>((n + threads - 1) / threads, 1 << 16);
+        kb_copy16<<<blocks, threads, 0, stream>>>((const int4*)sp, (int4*)dp, n);
+    } else {
+        const int blocks = (int)std::min<int64_t>((nbytes + threads - 1) / threads, 1 << 16);
+        kb_copy1<<<blocks, threads, 0, stream>>>((const unsigned char*)sp, (unsigned char*)dp, nbytes);
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return d;
+}
+"""
+
+_kb_ext = _kb_load_inline(name="kb_sweep_copy", cpp_sources="torch::Tensor kb_copy(torch::Tensor src);",
+                          cuda_sources=_KB_CUDA, functions=["kb_copy"], verbose=False)
+
+
+def _kb_through_kernel(t):
+    if isinstance(t, (tuple, list)):
+        return type(t)(_kb_through_kernel(x) for x in t)
+    if not isinstance(t, torch.Tensor) or t.numel() == 0 or not t.is_cuda:
+        return t
+    return _kb_ext.kb_copy(t).view(t.shape)
+
+
+class ModelNew(_KbReference):
+    def forward(self, *args, **kwargs):
+        return _kb_through_kernel(super().forward(*args, **kwargs))
+'''
+
+
 def make_candidates(problems_dir: Path, levels: list[int], limit: int | None,
-                    ids: set[int] | None = None) -> list[dict]:
+                    ids: set[int] | None = None, kernel: str = "triton") -> list[dict]:
     rows = []
     for level in levels:
         files = sorted((problems_dir / f"level{level}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
@@ -73,8 +137,9 @@ def make_candidates(problems_dir: Path, levels: list[int], limit: int | None,
                 continue
             code = f.read_text()
             code = re.sub(r"\bModel\b", "_KbReference", code)  # the class, super(Model, self), docstrings
-            rows.append({"level": level, "problem_id": pid, "model": "reference-through-copy-kernel",
-                         "code": code + WRAPPER})
+            rows.append({"level": level, "problem_id": pid,
+                         "model": "reference-through-cuda-copy" if kernel == "cuda" else "reference-through-copy-kernel",
+                         "code": code + (CUDA_WRAPPER if kernel == "cuda" else WRAPPER)})
     return rows
 
 
@@ -111,6 +176,9 @@ def main() -> int:
     ap.add_argument("--db", type=Path, default=REPO / "results" / "sweep.db")
     ap.add_argument("--gpus", default=None, help="passed to kbench run (e.g. 0,0: two slots on one GPU)")
     ap.add_argument("--tag", default="", help="run names sweep-<phase>-<tag> (a cold run split by level)")
+    ap.add_argument("--kernel", choices=["triton", "cuda"], default="triton",
+                    help="the copy kernel: Triton (compiled in each candidate's process, on the slot's critical "
+                         "path) or CUDA through load_inline (built once by the build pool: one source for all)")
     ap.add_argument("--only-correct-in", default=None, metavar="RUN",
                     help="only the problems with a correct result in this run of --db (a cached run over what a "
                          "cold run finished, across levels)")
@@ -120,7 +188,8 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     a.db.parent.mkdir(parents=True, exist_ok=True)
     cands = REPO / "results" / "sweep_candidates.jsonl"
-    rows = make_candidates(a.problems, levels, a.limit, {int(x) for x in a.ids.split(",")} if a.ids else None)
+    rows = make_candidates(a.problems, levels, a.limit, {int(x) for x in a.ids.split(",")} if a.ids else None,
+                           kernel=a.kernel)
     if a.only_correct_in:
         con = sqlite3.connect(f"file:{a.db}?mode=ro", uri=True)
         done = set(con.execute(
