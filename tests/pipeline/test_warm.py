@@ -288,3 +288,31 @@ def test_a_run_cut_short_keeps_the_compiles_it_finished(tmp_path, monkeypatch):
         assert any(k.startswith("L1/") for k in warm) and warm["_wall_s_parts"]
     finally:
         st.close()
+
+
+def test_large_warm_ups_run_one_at_a_time_per_device(tmp_path, monkeypatch):
+    import tempfile
+    import time
+
+    from kernelbench_harness.execution import warm
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    held = threading.Event()
+    release = threading.Event()
+
+    def first() -> None:
+        with warm._alone_on_device("gpu-uuid-a"):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert held.wait(10)
+    threading.Timer(0.3, release.set).start()
+    with warm._alone_on_device("gpu-uuid-b") as waited_other:  # another device: not held up
+        assert waited_other < 0.2
+    t0 = time.perf_counter()
+    with warm._alone_on_device("gpu-uuid-a") as waited:
+        assert waited >= 0.2 and time.perf_counter() - t0 >= 0.2
+    t.join(10)
+    assert (tmp_path / "kbench-locks" / "gpu-uuid-a.warm-big.lock").exists()
