@@ -269,8 +269,8 @@ def _check_environment() -> None:
     slot, a bad value would fail every candidate and be stored as their runtime errors.
 
     Raises:
-        ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer, or ``KBENCH_DEVSHARE`` is
-            not 0 or 1.
+        ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer, or ``KBENCH_DEVSHARE`` or
+            ``KBENCH_MEMORY_LEDGER`` is not 0 or 1.
     """
     import torch
 
@@ -281,6 +281,13 @@ def _check_environment() -> None:
         devshare.enabled()
     except ValueError as e:
         raise ConfigError(str(e), fix=f"set {devshare.ENV}=0 to pass inputs through files, or unset it") from None
+
+    from .execution import memledger
+
+    try:
+        memledger.enabled()
+    except ValueError as e:
+        raise ConfigError(str(e), fix=f"set {memledger.ENV}=0 or 1, or unset it (1)") from None
 
     try:
         ProblemContext.reference_budget_bytes(torch.device("cpu"))  # reads and checks the variable

@@ -796,6 +796,7 @@ class DeviceEvaluator:
             raise ValueError(f"memory_share={memory_share!r}: expected a fraction in (0, 1]")
         self.memory_share = float(memory_share)
         self._job_share = self.memory_share  # the share the current job plans for (_plan_memory)
+        self._job_claim = 0.0  # and its claim in the memory ledger (0.0 without one)
         self.device = torch.device(device if device != "cuda" else "cuda:0")
         self.timing_lock = timing_lock
         self.physical_device = physical_device or str(self.device)
@@ -941,7 +942,11 @@ class DeviceEvaluator:
 
     @contextlib.contextmanager
     def _timing_window(self, what: str) -> Iterator[dict[str, Any]]:
-        lock = self.timing_lock
+        # On a CUDA device the host-wide lock below serialises every window on it, the run's slots' among
+        # them, and an flock goes with a holder that dies. The run's multiprocessing lock is taken only
+        # where there is no host lock (CPU slots): a slot worker killed inside a window would keep it held
+        # and stall every other slot on the device at its next window.
+        lock = self.timing_lock if not self.host_lock_key else None
         if lock is not None:
             lock.acquire()
         # and the host-wide lock of the physical device: another kbench run on this host times there too
@@ -1168,24 +1173,21 @@ class DeviceEvaluator:
 
     def _plan_memory(self, ctx: ProblemContext, phase: dict[str, float]) -> None:
         """Choose the share of the device's memory this job plans for (its shared input sets and timing
-        copies): the fixed ``memory_share`` without a ledger; with one (several slots on this GPU), a
-        claim sized by the problem (:func:`.memledger.memory_need`). A job that needs at most the fixed
-        share plans for it and claims only its need; a larger one plans for what it is granted. While
-        it waits for memory, this slot gives the device's host lock up (the other slots' timing windows
-        must go on for their memory to come back). Sets ``ctx.memory_share``; adds ``memory_wait`` (s)
-        to ``phase`` when it waited."""
+        copies): the fixed ``memory_share`` without a ledger; with one (several slots on this GPU), by the
+        problem's sizes (:func:`.memledger.memory_need`, :func:`.memledger.job_share`). While it waits for
+        memory, this slot gives the device's host lock up (the other slots' timing windows must go on for
+        their memory to come back). Sets ``ctx.memory_share``; adds ``memory_wait`` (s) to ``phase`` when
+        it waited."""
         share = self.memory_share
+        self._job_claim = 0.0
         led = self.memory_ledger
         if led is not None and self.device.type == "cuda":
-            from .memledger import job_share, memory_need
+            from .memledger import UTIL, job_share, memory_need
 
             total = int(torch.cuda.get_device_properties(self.device).total_memory)
-            need = memory_need(
-                n_sets=ctx.n_sets, set_nbytes=ctx.share_set_nbytes if ctx.share_places is not None else 0,
-                out_nbytes=_devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN,
-                ref_nbytes=0 if ctx.lazy_refs else int(ctx.ref_estimate_bytes),
-                timing_sets=min(ctx.protocol.rotate_inputs, ctx.n_correct), total_bytes=total,
-                share_fraction=self.SHARE_MAX_FRACTION, timing_fraction=TIMING_SETS_FRACTION)
+            plan_at = self._planner(ctx, total)
+            need = memory_need(plan_at, total)
+            fixed_claim = min(1.0, plan_at(self.memory_share).nbytes / (UTIL * total))
             released: list[HostDeviceLock] = []
 
             def give_lock_up() -> None:
@@ -1195,8 +1197,8 @@ class DeviceEvaluator:
                     lk.release()
                     released.append(lk)
             try:
-                share, waited = job_share(led, need, self.memory_share, wait_s=self.MEMORY_WAIT_MAX_S,
-                                          on_wait=give_lock_up)
+                share, self._job_claim, waited = job_share(led, need, self.memory_share, fixed_claim,
+                                                           wait_s=self.MEMORY_WAIT_MAX_S, on_wait=give_lock_up)
             finally:
                 for lk in released:
                     try:
@@ -1208,6 +1210,26 @@ class DeviceEvaluator:
                 phase["memory_wait"] = phase.get("memory_wait", 0.0) + waited
         self._job_share = share
         ctx.memory_share = share
+
+    def _planner(self, ctx: ProblemContext, total: int) -> Callable[[float], Any]:
+        """share -> :class:`.memledger.Plan` for ``ctx``'s problem on this device: the exchange
+        :func:`share_plan` picks (as :meth:`_share_sets` would), the timing sets :func:`timing_set_count`
+        allows (as :attr:`ProblemContext.timing_sets`), and the bytes they set aside with the stored
+        references."""
+        from .memledger import Plan
+
+        set_nb = int(ctx.share_set_nbytes)
+        out_nb = _devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
+        sharing = self._share_ok is not False and ctx.share_places is not None and set_nb > 0
+        refs = 0 if ctx.lazy_refs else int(ctx.ref_estimate_bytes)
+
+        def plan_at(share: float) -> Plan:
+            cap = int(total * share)
+            ex = (share_plan(ctx.n_sets, set_nb, out_nb, cap, self.SHARE_MAX_FRACTION) if sharing else None) or "files"
+            k = timing_set_count(ctx.protocol.rotate_inputs, ctx.n_correct, set_nb, cap)
+            shared = {"all": ctx.n_sets * set_nb + out_nb, "staged": set_nb + out_nb, "files": 0}[ex]
+            return Plan(ex, k, shared + (2 * k + 1) * set_nb + refs)
+        return plan_at
 
     @contextlib.contextmanager
     def _gpu_work(self) -> Iterator[None]:
@@ -1784,7 +1806,8 @@ class DeviceEvaluator:
             extra = dict(res.extra)
             extra.update({"sandbox": env_note, "build": build_info, "weights": weights, "launches": launches,
                           "input_exchange": ("staged" if shared[1].get("staged") else "shared") if shared else "files",
-                          "memory_share": round(self._job_share, 4),
+                          "memory_share": round(self._job_share, 4), "memory_claim": round(self._job_claim, 4),
+                          "timing_sets": len(ctx.timing_sets),
                           "profile": profile, "timing_info": {k: v for k, v in tinfo.items() if k != "synced_ms"},
                           "timing_windows": timing_windows,
                           "peak_rss_bytes": h.peak_rss_bytes})

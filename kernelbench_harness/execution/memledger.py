@@ -2,128 +2,197 @@
 
 With N slots on one GPU (``--gpus 0,0``, ``--slots-per-gpu N``) each slot used to plan for a fixed 1/N of
 the device's memory (:func:`.device.planned_memory`): its shared input sets, its candidate's timing
-copies. Most problems need a sliver of that; the level-1 problems of current KernelBench whose input
-sets take 6-16 GiB need more than 1/N once N is 3 or more, and their sets then went through files
-(about 80 s a problem on an H200, against 5-7 s shared). The ledger lets a slot plan for what its job
-needs while the other slots' jobs need little:
+copies, its stored references. Most problems need a sliver of that; the level-1 problems of current
+KernelBench whose input sets take 6-16 GiB need more than 1/N once N is 3 or more, and their sets then
+went through files (about 80 s a problem on an H200, against 5-7 s shared). The ledger lets a job plan
+for what its problem needs while the other slots' jobs need little.
 
-- each job asks for a range of shares ``[low, high]``: ``high`` lets it plan as it would alone on the
-  device, ``low`` is the least with which its sets still go through shared device memory (one staged set);
-  :func:`memory_need` computes both from the problem's sizes;
-- it is granted ``min(high, what the other slots leave)`` at once when that is at least ``low``; else it
-  waits, and while it waits other slots' new jobs are granted only out of what exceeds its ``low`` (the
-  running jobs finish and give their shares back, so a large job is not starved by a stream of small
-  ones, and small ones go on beside it where there is room);
-- a job that waited ``wait_s`` in vain plans for the fixed 1/N, as before the ledger (files for the
-  largest sets) and records that it did.
+Two quantities per job, both fractions of the device's total memory:
 
-Claims are fractions of the device's total memory, the unit of the slot's ``memory_share``; a job that
-needs less than 1/N plans exactly as with the fixed share (its plan is complete at 1/N) and claims only
-its need (at least ``FLOOR``), which leaves the rest to a large job beside it. Large jobs therefore run
-one or two at a time per device, next to the small ones, instead of through files in every slot.
+- the **share** it plans for: what :func:`.device.share_plan` and :func:`.device.timing_set_count` are
+  given (as before, where every slot's share was 1/N);
+- the **claim**: the bytes that plan really sets aside (shared sets and output buffer, two timing copies of
+  each timed set plus one, stored references) over ``UTIL`` of the device. Under the fixed shares no
+  slot's plan set aside more than ``UTIL`` of its share, so N claims of 1/N filled the device exactly;
+  a plan that must take more than its share (one timing set always, even a 16 GiB one) claims it too.
 
-The shared state is two lock-free arrays and one lock per device, made by the executor; the lock is
-held only for a few reads and writes. A slot that dies with a claim has it cleared by the executor
-(:func:`clear_slot`). ``KBENCH_MEMORY_LEDGER=0`` switches it off (every slot plans for 1/N again).
+:func:`memory_need` finds, with the planner's own functions, the smallest share that gives the best plan
+the device allows (``high``) and the smallest that still passes the sets through shared device memory
+(``low``: one staged set, one timing set), with each plan's claim. A job then:
+
+- plans for the fixed 1/N and claims only its need when its best plan fits in 1/N (small problems: the
+  plan is the same as before, and the rest of its 1/N is left to a large job beside it);
+- otherwise claims ``high`` if the other slots leave room for it, else ``low`` if they leave room for
+  that, else waits; while it waits, the other slots' new jobs are granted only what leaves room for it
+  (a turnstile: the running jobs finish and give their claims back, so a large job is not starved by a
+  stream of small ones, and small ones go on beside it where there is room);
+- after ``wait_s`` in vain plans for the fixed 1/N as before the ledger (files for the largest sets),
+  claiming what that plan needs, and says so in the log.
+
+The shared state is two lock-free arrays per device, and a file lock (``flock``: the kernel releases it
+when a holder dies) held for a few reads and writes. A slot that dies with a claim has it cleared by the
+executor (:func:`clear_slot`). ``KBENCH_MEMORY_LEDGER=0`` switches it off (every slot plans for 1/N).
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["MemoryLedger", "MemoryNeed", "memory_need", "job_share", "new_state", "clear_slot", "enabled"]
+__all__ = ["MemoryLedger", "MemoryNeed", "Plan", "memory_need", "job_share", "new_state", "clear_slot",
+           "enabled", "ENV", "UTIL"]
 
 log = logging.getLogger(__name__)
 
+ENV = "KBENCH_MEMORY_LEDGER"
+
+#: of a share, the most a plan sets aside under the fixed shares: shared sets (35%), timing copies (25%)
+#: and stored references (10%); see DeviceEvaluator.SHARE_MAX_FRACTION, device.TIMING_SETS_FRACTION and
+#: ProblemContext.REF_BUDGET_CUDA_FRACTION
+UTIL = 0.70
+
 
 def enabled() -> bool:
-    """Whether runs share a GPU's memory through the ledger (``KBENCH_MEMORY_LEDGER``, default on)."""
-    return os.environ.get("KBENCH_MEMORY_LEDGER", "1").strip().lower() not in ("0", "false", "no", "off")
+    """Whether runs share a GPU's memory through the ledger (``KBENCH_MEMORY_LEDGER``: 1, the default, or 0).
+
+    Raises:
+        ValueError: the variable is set to something else.
+    """
+    raw = os.environ.get(ENV, "").strip().lower()
+    if raw in ("", "1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{ENV}={raw!r}: expected 1 (share a GPU's memory between slots by need) or 0 (a fixed 1/N)")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a share of the device gives a job: how its input sets travel (``exchange``: ``"all"``,
+    ``"staged"`` or ``"files"``), how many sets its timing cycles through (``timing_sets``), and the bytes
+    that sets aside (``nbytes``: shared buffers, timing copies, stored references)."""
+
+    exchange: str
+    timing_sets: int
+    nbytes: int
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        """Better plans rank higher: sets through shared memory first, then more timing sets."""
+        return ({"files": 0, "staged": 1, "all": 2}[self.exchange], self.timing_sets)
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryNeed:
-    """A job's shares of the device's memory (fractions of its total): ``low`` (input sets staged
-    through one shared buffer, one timing set) and ``high`` (every set shared, every timing set), both
-    capped at 1.0; ``shareable`` is False where no share would let one set through shared memory."""
+    """A job's two plans: ``high`` (the best the whole device allows) and ``low`` (the least that still
+    passes its sets through shared memory; the same as ``high`` where nothing does), each with the share
+    to plan for (``*_share``) and the claim it makes (``*_claim``), fractions of the device's memory."""
 
-    low: float
-    high: float
-    shareable: bool
+    low_share: float
+    low_claim: float
+    high_share: float
+    high_claim: float
+    high_plan: Plan
+    low_plan: Plan
 
 
-def memory_need(*, n_sets: int, set_nbytes: int, out_nbytes: int, ref_nbytes: int, timing_sets: int,
-                total_bytes: int, share_fraction: float, timing_fraction: float) -> MemoryNeed:
-    """The shares of a device's memory with which a job plans as it would alone on the device (``high``)
-    and with which its sets still go through shared device memory (``low``).
-
-    The planner reserves ``share_fraction`` of a share for the shared input sets and output buffer
-    (:func:`.device.share_plan`) and ``timing_fraction`` for the candidate's timing copies, two of each
-    timed set plus one (:func:`.device.timing_set_count`); stored references come on top.
+def memory_need(plan_at: Callable[[float], Plan], total_bytes: int) -> MemoryNeed:
+    """The smallest shares that give a job its best plan and its least shared plan.
 
     Args:
-        n_sets: input sets of the problem (correctness trials plus the re-check set).
-        set_nbytes: bytes of one input set in a shared buffer (0: the sets cannot be shared).
-        out_nbytes: bytes of the shared output buffer.
-        ref_nbytes: bytes of the stored reference outputs (0 when they are recomputed, ``lazy``).
-        timing_sets: input sets the protocol's timing cycles through (``rotate_inputs``, at most the
-            correctness sets).
+        plan_at: the planner for this job: share (fraction of the device) -> :class:`Plan`, by
+            :func:`.device.share_plan` and :func:`.device.timing_set_count` (so their rounding is the one
+            used here); better or equal plans for larger shares.
         total_bytes: the device's total memory.
-        share_fraction, timing_fraction: ``DeviceEvaluator.SHARE_MAX_FRACTION`` and
-            :data:`.device.TIMING_SETS_FRACTION`.
 
     Raises:
-        ValueError: ``total_bytes`` or a fraction is not positive.
+        ValueError: ``total_bytes`` is not positive.
     """
-    if total_bytes <= 0 or share_fraction <= 0 or timing_fraction <= 0:
-        raise ValueError("memory_need: total_bytes and the fractions must be positive")
-    refs = max(0, ref_nbytes) / total_bytes
-    if set_nbytes <= 0:
-        need = min(1.0, refs)
-        return MemoryNeed(need, need, False)
-    all_sets = (n_sets * set_nbytes + out_nbytes) / (share_fraction * total_bytes)
-    staged = (set_nbytes + out_nbytes) / (share_fraction * total_bytes)
-    timing = (2 * max(1, timing_sets) + 1) * set_nbytes / (timing_fraction * total_bytes)
-    high = min(1.0, max(all_sets, timing) + refs)
-    low = staged + refs
-    if low > 1.0:  # not even one set fits: the sets go through files whatever the share
-        return MemoryNeed(high, high, False)
-    return MemoryNeed(min(low, high), high, True)
+    if total_bytes <= 0:
+        raise ValueError("memory_need: total_bytes must be positive")
+    best = plan_at(1.0)
+
+    def smallest(ok: Callable[[Plan], bool]) -> float:
+        lo, hi = 0.0, 1.0  # ok(plan_at(hi)) holds
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if ok(plan_at(mid)):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    high_share = smallest(lambda p: p.rank >= best.rank)
+    if best.exchange == "files":
+        low_share, low = high_share, best
+    else:
+        low_share = smallest(lambda p: p.exchange != "files")
+        low = plan_at(low_share)
+
+    def claim(p: Plan) -> float:
+        return min(1.0, p.nbytes / (UTIL * total_bytes))
+    return MemoryNeed(low_share, claim(low), high_share, claim(best), best, low)
+
+
+class _FileLock:
+    """An exclusive ``flock`` on ``path``, opened in each process that uses it: released by the kernel if
+    its holder dies."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if end is not None and time.monotonic() >= end:
+                    return False
+                time.sleep(0.001)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
 
 class MemoryLedger:
     """One slot's handle on its device's ledger.
 
     Args:
-        claims: ``multiprocessing.Array("d", N, lock=False)``, each slot's claimed share (0.0 when idle).
+        claims: ``multiprocessing.Array("d", N, lock=False)``, each slot's claim (0.0 when idle).
         pending: ``multiprocessing.Array("d", [-1, 0], lock=False)``: the slot whose job waits for memory
-            (-1: none) and the share it waits for; while it is set, other slots' new jobs are granted only
-            out of what exceeds that share.
-        lock: ``multiprocessing.Lock`` guarding both (held for a few reads and writes).
+            (-1: none) and the claim it waits for; while it is set, other slots' new jobs are granted only
+            what leaves room for that claim.
+        lock: the path of the device's ledger lock file (``flock``), or an object with
+            ``acquire(timeout=...)`` and ``release()``; held for a few reads and writes.
         index: this slot's index in ``claims``.
 
     The share a slot plans for with N slots and no ledger is 1/N (:attr:`fixed`).
     """
 
-    #: the smallest claim, for a job whose planned sets are tiny: the candidate's own allocations and
+    #: the smallest claim, for a job whose planned bytes are tiny: the candidate's own allocations and
     #: the reference's work are not in the plan (at most the fixed share)
     FLOOR = 0.05
     #: the most the slots' claims add up to
     CAPACITY = 1.0
     #: how often a waiting job looks again
     POLL_S = 0.02
-    #: the longest ``lock`` is waited for before the ledger is read without it (a slot killed while
-    #: holding it must not stall the others)
+    #: the longest the lock is waited for before the ledger is read without it
     LOCK_WAIT_S = 5.0
 
     def __init__(self, claims: Any, pending: Any, lock: Any, index: int) -> None:
         self.claims = claims
         self.pending = pending
-        self.lock = lock
+        self.lock = _FileLock(lock) if isinstance(lock, (str, os.PathLike)) else lock
         self.index = index
 
     @property
@@ -132,11 +201,14 @@ class MemoryLedger:
         return 1.0 / max(1, len(self.claims))
 
     def others(self) -> float:
-        """The shares the device's other slots claim now."""
+        """The claims of the device's other slots now."""
         return sum(c for j, c in enumerate(self.claims[:]) if j != self.index)
 
     def _locked(self, fn: Callable[[], Any]) -> Any:
         got = self.lock.acquire(timeout=self.LOCK_WAIT_S)
+        if not got:
+            log.warning("the device's memory ledger lock was not free within %.0f s; reading it without",
+                        self.LOCK_WAIT_S)
         try:
             return fn()
         finally:
@@ -146,45 +218,44 @@ class MemoryLedger:
     def _waiting(self) -> tuple[int, float]:
         return int(self.pending[0]), float(self.pending[1])
 
-    def _set_waiting(self, index: int, low: float) -> None:
-        self.pending[1] = low
+    def _set_waiting(self, index: int, claim: float) -> None:
+        self.pending[1] = claim
         self.pending[0] = index
 
     def try_claim(self, low: float, high: float) -> float | None:
-        """Claim ``min(high, what the others leave)`` if that is at least ``low``; None otherwise (nothing
-        claimed), and this slot becomes the one waiting when nobody is. While another slot's job waits
-        for ``w``, a claim is granted only out of what exceeds ``w`` (it must not lengthen that wait)."""
+        """Claim ``high`` if the others leave room for it, else ``low`` if they leave room for that; None
+        otherwise (nothing claimed), and this slot becomes the one waiting when nobody is. While another
+        slot's job waits for a claim ``w``, a claim is granted only if ``w`` still fits beside it."""
         def attempt() -> float | None:
-            waiting, w_low = self._waiting()
+            waiting, w_claim = self._waiting()
             free = self.CAPACITY - self.others()
             if waiting not in (-1, self.index):
-                free -= w_low
-            if free + 1e-9 >= low:
-                grant = max(low, min(high, free))
-                self.claims[self.index] = grant
-                if waiting == self.index:
-                    self._set_waiting(-1, 0.0)
-                return grant
+                free -= w_claim
+            for c in (high, low):
+                if free + 1e-9 >= c:
+                    self.claims[self.index] = c
+                    if waiting == self.index:
+                        self._set_waiting(-1, 0.0)
+                    return c
             if waiting == -1:
                 self._set_waiting(self.index, low)  # the running jobs give back; new ones leave it room
             return None
         return self._locked(attempt)
 
-    def claim(self, low: float, high: float, *, wait_s: float,
+    def claim(self, low: float, high: float, *, wait_s: float, fallback: float | None = None,
               on_wait: Callable[[], None] | None = None) -> tuple[float, float, bool]:
-        """Claim a share for one job: see the module's description.
+        """Claim ``high`` or ``low`` for one job: see the module's description.
 
         Args:
-            low, high: the job's range (:func:`memory_need`, with ``low <= high``); for a job that needs
-                at most the fixed share pass ``low = high = max(need, FLOOR)``, capped at the fixed share.
-            wait_s: the longest to wait for ``low``; then the fixed share is claimed whatever the others
-                hold (the plan before the ledger).
+            low, high: the job's two claims (``low <= high``; equal for a job with one plan).
+            wait_s: the longest to wait; then ``fallback`` is claimed whatever the others hold.
+            fallback: the claim of the plan for the fixed share (default: ``min(low, fixed)``).
             on_wait: called once before the first wait (the caller gives up the device's host lock then:
                 a slot waiting for memory must not hold up the timing windows that let others finish).
 
         Returns:
-            ``(share, waited_s, fell_back)``: the share to plan for (also this slot's claim until
-            :meth:`release`), seconds waited, and whether the wait ran out.
+            ``(claim, waited_s, fell_back)``: this slot's claim until :meth:`release` (``high``, ``low``
+            or the fallback), the seconds waited, and whether the wait ran out.
         """
         low = max(0.0, min(low, 1.0))
         high = max(low, min(high, 1.0))
@@ -200,17 +271,16 @@ class MemoryLedger:
             got = self.try_claim(low, high)
             if got is not None:
                 return got, time.monotonic() - t0, False
+        c = min(low, self.fixed) if fallback is None else fallback
 
-        def fall_back() -> float:
+        def fall_back() -> None:
             if self._waiting()[0] == self.index:
                 self._set_waiting(-1, 0.0)
-            share = min(self.fixed, high) if high > 0 else self.fixed
-            self.claims[self.index] = share
-            return share
-        share = self._locked(fall_back)
-        log.warning("no device memory for a share of %.2f within %.0f s (others hold %.2f); planning for %.2f",
-                    low, wait_s, self.others(), share)
-        return share, time.monotonic() - t0, True
+            self.claims[self.index] = c
+        self._locked(fall_back)
+        log.warning("no room for a claim of %.2f of the device's memory within %.0f s (the other slots hold "
+                    "%.2f); planning for the fixed share 1/%d", low, wait_s, self.others(), len(self.claims))
+        return c, time.monotonic() - t0, True
 
     def release(self) -> None:
         """This slot's job is done: its claim (and its wait, if any) is given back."""
@@ -221,30 +291,36 @@ class MemoryLedger:
         self._locked(give_back)
 
 
-def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, *, wait_s: float,
-              on_wait: Callable[[], None] | None = None) -> tuple[float, float]:
+def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, fixed_claim: float, *,
+              wait_s: float, on_wait: Callable[[], None] | None = None) -> tuple[float, float, float]:
     """The share of the device's memory one job plans for, claimed in ``ledger`` until its
-    :meth:`MemoryLedger.release`: a job complete at ``fixed_share`` (1/N), or one whose sets cannot be
-    shared at any share, plans for ``fixed_share`` and claims only its need (at least
-    :attr:`MemoryLedger.FLOOR`); a larger one plans for what it is granted in ``[need.low, need.high]``,
-    or for ``fixed_share`` when the wait ran out. Returns ``(share, seconds waited)``."""
-    if need.high <= fixed_share or not need.shareable:
-        c = min(fixed_share, max(need.high, ledger.FLOOR))
-        _got, waited, _fell = ledger.claim(c, c, wait_s=wait_s, on_wait=on_wait)
-        return fixed_share, waited
-    got, waited, fell = ledger.claim(need.low, need.high, wait_s=wait_s, on_wait=on_wait)
-    return (fixed_share if fell else got), waited
+    :meth:`MemoryLedger.release`: a job whose best plan fits in ``fixed_share`` (1/N) plans for
+    ``fixed_share`` (the same plan) and claims its need (at least :attr:`MemoryLedger.FLOOR`); a larger
+    one plans for ``need.high_share`` or ``need.low_share`` as granted, or for ``fixed_share`` (claiming
+    ``fixed_claim``, that plan's claim) when the wait ran out.
+
+    Returns:
+        ``(share, claim, seconds waited)``.
+    """
+    if need.high_share <= fixed_share:
+        c = max(need.high_claim, ledger.FLOOR)
+        got, waited, _fell = ledger.claim(c, c, wait_s=wait_s, fallback=c, on_wait=on_wait)
+        return fixed_share, got, waited
+    got, waited, fell = ledger.claim(need.low_claim, need.high_claim, wait_s=wait_s, fallback=fixed_claim,
+                                     on_wait=on_wait)
+    if fell:
+        return fixed_share, got, waited
+    return (need.high_share if got >= need.high_claim else need.low_share), got, waited
 
 
-def new_state(ctx: Any, n_slots: int) -> tuple[Any, Any, Any]:
-    """The shared state of one device's ledger for ``n_slots`` slots: ``(claims, pending, lock)`` made in
-    the multiprocessing context ``ctx`` (pass them to each slot's :class:`MemoryLedger`)."""
-    return ctx.Array("d", n_slots, lock=False), ctx.Array("d", [-1.0, 0.0], lock=False), ctx.Lock()
+def new_state(ctx: Any, n_slots: int, lock_path: str) -> tuple[Any, Any, str]:
+    """The shared state of one device's ledger for ``n_slots`` slots: ``(claims, pending, lock_path)``, the
+    arrays made in the multiprocessing context ``ctx`` (pass them to each slot's :class:`MemoryLedger`)."""
+    return ctx.Array("d", n_slots, lock=False), ctx.Array("d", [-1.0, 0.0], lock=False), lock_path
 
 
 def clear_slot(claims: Any, pending: Any, index: int) -> None:
-    """Give back the claim and the wait of slot ``index``, which died (called by the executor, without
-    the lock: the dead slot may have held it, and a plain store of a double or an int is atomic here)."""
+    """Give back the claim and the wait of slot ``index``, which died (called by the executor)."""
     claims[index] = 0.0
     if int(pending[0]) == index:
         pending[1] = 0.0

@@ -14,6 +14,7 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import tempfile
 import threading
 import traceback
 from typing import Any
@@ -397,8 +398,14 @@ class LocalExecutor(Executor):
         # per physical device with several slots: the memory ledger (see execution/memledger.py)
         from ..execution import memledger
 
-        ledgers = {d: memledger.new_state(ctx, devices.count(d)) for d in set(devices)
-                   if devices.count(d) > 1 and memledger.enabled()}
+        self._ledger_files: list[str] = []
+        ledgers = {}
+        for d in sorted(set(devices)):
+            if devices.count(d) > 1 and memledger.enabled():
+                fd, path = tempfile.mkstemp(prefix="kbench-ledger-", suffix=".lock")
+                os.close(fd)
+                self._ledger_files.append(path)
+                ledgers[d] = memledger.new_state(ctx, devices.count(d), path)
         self._slots = [_Slot(i, d, slot_opts[i], locks[d], (queues[d], index_on[i]), slot_pids,
                              (*ledgers[d], index_on[i]) if d in ledgers else None)
                        for i, d in enumerate(devices)]
@@ -449,6 +456,11 @@ class LocalExecutor(Executor):
         try:
             await asyncio.gather(*(asyncio.to_thread(s.stop) for s in self._slots))
         finally:
+            for path in getattr(self, "_ledger_files", ()):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
             if self._saved_affinity is not None:
                 # (the calling thread's affinity: threads started meanwhile keep the narrower set)
                 os.sched_setaffinity(0, self._saved_affinity)
