@@ -262,3 +262,31 @@ def test_the_local_executor_gives_slots_on_one_device_one_ledger(monkeypatch):
 
     with pytest.raises(ConfigError, match="KBENCH_MEMORY_LEDGER"):
         _check_environment()
+
+
+def test_a_cuda_window_takes_the_host_lock_but_not_the_runs_multiprocessing_lock(tmp_path, monkeypatch):
+    """A slot worker killed inside a window kept the run's multiprocessing lock held, stalling every other
+    slot on the device at its next window; on a CUDA device the host lock (an flock, gone with a dead
+    holder) alone serialises the windows. CPU slots (no host lock) still take the run's lock."""
+    import tempfile
+
+    from kernelbench_harness.execution import device as devmod
+    from kernelbench_harness.execution.scratch import HostDeviceLock
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    taken: list[str] = []
+    run_lock = SimpleNamespace(acquire=lambda: taken.append("run"), release=lambda: taken.append("run released"))
+    slot = SimpleNamespace(timing_lock=run_lock, host_lock_key="gpu-test-uuid", physical_device="cuda:0",
+                           quieter=None, _nvml_probe=lambda: None)
+    other = HostDeviceLock("gpu-test-uuid")
+    with devmod.DeviceEvaluator._timing_window(slot, "candidate") as window:
+        with pytest.raises(TimeoutError):  # the window holds the host lock exclusively
+            other.acquire(shared=True, timeout_s=0.2)
+    assert taken == [] and window["end"] >= window["start"]
+    other.acquire(shared=True, timeout_s=2.0)  # and gives it back
+    other.release()
+    cpu = SimpleNamespace(timing_lock=run_lock, host_lock_key=None, physical_device="cpu", quieter=None,
+                          _nvml_probe=lambda: None)
+    with devmod.DeviceEvaluator._timing_window(cpu, "candidate"):
+        pass
+    assert taken == ["run", "run released"]
