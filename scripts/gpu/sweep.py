@@ -179,9 +179,9 @@ def main() -> int:
     ap.add_argument("--kernel", choices=["triton", "cuda"], default="triton",
                     help="the copy kernel: Triton (compiled in each candidate's process, on the slot's critical "
                          "path) or CUDA through load_inline (built once by the build pool: one source for all)")
-    ap.add_argument("--only-correct-in", default=None, metavar="RUN",
-                    help="only the problems with a correct result in this run of --db (a cached run over what a "
-                         "cold run finished, across levels)")
+    ap.add_argument("--only-correct-in", default=None, metavar="RUN[,RUN...]",
+                    help="only the problems with a correct result in one of these runs of --db (a cached run over "
+                         "what the cold runs finished, across levels)")
     a = ap.parse_args()
     lo, _, hi = a.levels.partition("-")
     levels = list(range(int(lo), int(hi or lo) + 1))
@@ -192,10 +192,11 @@ def main() -> int:
                            kernel=a.kernel)
     if a.only_correct_in:
         con = sqlite3.connect(f"file:{a.db}?mode=ro", uri=True)
+        names = [n.strip() for n in a.only_correct_in.split(",") if n.strip()]
         done = set(con.execute(
             "select s.level, s.problem_id from samples s join runs r on r.id = s.run_id join attempts t on "
-            "t.sample_pk = s.id join results x on x.attempt_pk = t.id where r.run_name = ? and x.outcome = 'correct'",
-            (a.only_correct_in,)).fetchall())
+            "t.sample_pk = s.id join results x on x.attempt_pk = t.id where x.outcome = 'correct' and r.run_name in "
+            f"({','.join('?' * len(names))})", names).fetchall())
         con.close()
         rows = [r for r in rows if (r["level"], r["problem_id"]) in done]
     cands.write_text("".join(json.dumps(r) + "\n" for r in rows))
