@@ -659,6 +659,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             # the torch.compile warm-up: per problem its modes' seconds, and (GPU) its waits for the device
             # lock and the epochs of its GPU work, to check against the timing windows' epochs
             end_fp["warm"] = _warm_record(stored, warm_info, warm_t0)
+        elif stored is not None and (stored.hardware or {}).get("warm"):
+            end_fp["warm"] = stored.hardware["warm"]  # an earlier part's, which this part had nothing to add to
         store.set_run_status(run_name, status, hardware=end_fp)
         return RunSummary(run_name=run_name, db_url=store.safe_url, outcomes=outcomes, evaluated=n_eval,
                           skipped_done=skipped, wall_s=time.perf_counter() - t_run, phase_s=phase_s,

@@ -1165,29 +1165,37 @@ class DeviceEvaluator:
                 return self._evaluate(job)
             finally:
                 if self.memory_ledger is not None:
+                    if self.device.type == "cuda":
+                        # what this job's plan set aside (timing copies, baseline sets, outputs) goes back
+                        # to the driver before its claim does: another slot may plan for it at once
+                        try:
+                            torch.cuda.synchronize(self.device)
+                            torch.cuda.empty_cache()
+                        except Exception:  # noqa: BLE001 - a device fault is reported by the job itself
+                            pass
                     self.memory_ledger.release()
                 self._job_share = self.memory_share
 
     #: the longest a job waits for its share of the device's memory before it plans for the fixed share
     MEMORY_WAIT_MAX_S = 300.0
 
-    def _plan_memory(self, ctx: ProblemContext, phase: dict[str, float]) -> None:
+    def _plan_memory(self, ctx: ProblemContext, phase: dict[str, float], baselines: bool = False) -> None:
         """Choose the share of the device's memory this job plans for (its shared input sets and timing
         copies): the fixed ``memory_share`` without a ledger; with one (several slots on this GPU), by the
         problem's sizes (:func:`.memledger.memory_need`, :func:`.memledger.job_share`). While it waits for
         memory, this slot gives the device's host lock up (the other slots' timing windows must go on for
-        their memory to come back). Sets ``ctx.memory_share``; adds ``memory_wait`` (s) to ``phase`` when
-        it waited."""
+        their memory to come back). ``baselines``: this job also times eager and torch.compile (their
+        copies of the timing sets count). Sets ``ctx.memory_share``; adds ``memory_wait`` (s) to ``phase``
+        when it waited."""
         share = self.memory_share
         self._job_claim = 0.0
         led = self.memory_ledger
         if led is not None and self.device.type == "cuda":
-            from .memledger import UTIL, job_share, memory_need
+            from .memledger import job_share, memory_need
 
             total = int(torch.cuda.get_device_properties(self.device).total_memory)
-            plan_at = self._planner(ctx, total)
+            plan_at = self._planner(ctx, total, baselines=baselines)
             need = memory_need(plan_at, total)
-            fixed_claim = min(1.0, plan_at(self.memory_share).nbytes / (UTIL * total))
             released: list[HostDeviceLock] = []
 
             def give_lock_up() -> None:
@@ -1197,7 +1205,8 @@ class DeviceEvaluator:
                     lk.release()
                     released.append(lk)
             try:
-                share, self._job_claim, waited = job_share(led, need, self.memory_share, fixed_claim,
+                share, self._job_claim, waited = job_share(led, need, self.memory_share,
+                                                           plan_at(self.memory_share),
                                                            wait_s=self.MEMORY_WAIT_MAX_S, on_wait=give_lock_up)
             finally:
                 for lk in released:
@@ -1211,11 +1220,12 @@ class DeviceEvaluator:
         self._job_share = share
         ctx.memory_share = share
 
-    def _planner(self, ctx: ProblemContext, total: int) -> Callable[[float], Any]:
+    def _planner(self, ctx: ProblemContext, total: int, baselines: bool = False) -> Callable[[float], Any]:
         """share -> :class:`.memledger.Plan` for ``ctx``'s problem on this device: the exchange
         :func:`share_plan` picks (as :meth:`_share_sets` would), the timing sets :func:`timing_set_count`
         allows (as :attr:`ProblemContext.timing_sets`), and the bytes they set aside with the stored
-        references."""
+        references; with ``baselines``, also the trusted side's cast copies of the timing sets and one
+        output (:meth:`_prepare_baselines`)."""
         from .memledger import Plan
 
         set_nb = int(ctx.share_set_nbytes)
@@ -1228,7 +1238,8 @@ class DeviceEvaluator:
             ex = (share_plan(ctx.n_sets, set_nb, out_nb, cap, self.SHARE_MAX_FRACTION) if sharing else None) or "files"
             k = timing_set_count(ctx.protocol.rotate_inputs, ctx.n_correct, set_nb, cap)
             shared = {"all": ctx.n_sets * set_nb + out_nb, "staged": set_nb + out_nb, "files": 0}[ex]
-            return Plan(ex, k, shared + (2 * k + 1) * set_nb + refs)
+            base = k * set_nb + int(ctx.out_nbytes) if baselines else 0
+            return Plan(ex, k, shared + (2 * k + 1) * set_nb + refs + base)
         return plan_at
 
     @contextlib.contextmanager
@@ -1335,9 +1346,9 @@ class DeviceEvaluator:
             return EvalResult(Outcome.RUNTIME_ERROR, error=f"reference failed: {e}", findings=tuple(findings),
                               device=str(self.device), extra={"reference_error": True})
         phase["reference"] = ctx.setup_s
-        self._plan_memory(ctx, phase)
         modes = ["eager", f"compile:{protocol.compile_mode}"]
         known = dict(job.baselines)
+        self._plan_memory(ctx, phase, baselines=any(m not in known and m not in ctx.baselines for m in modes))
         # baselines timed in this job alternate with the candidate (protocol.alternate_rounds)
         measured: dict[str, TimingStats] = {}
         alternate = ([m for m in modes if m not in known and m not in ctx.baselines]

@@ -22,8 +22,8 @@ the device allows (``high``) and the smallest that still passes the sets through
 
 - plans for the fixed 1/N and claims only its need when its best plan fits in 1/N (small problems: the
   plan is the same as before, and the rest of its 1/N is left to a large job beside it);
-- otherwise claims ``high`` if the other slots leave room for it, else ``low`` if they leave room for
-  that, else waits; while it waits, the other slots' new jobs are granted only what leaves room for it
+- otherwise claims ``high`` if the other slots leave room for it, else the plan of the fixed 1/N share
+  where that is better than ``low``, else ``low``, else waits; while it waits, the other slots' new jobs are granted only what leaves room for it
   (a turnstile: the running jobs finish and give their claims back, so a large job is not starved by a
   stream of small ones, and small ones go on beside it where there is room);
 - after ``wait_s`` in vain plans for the fixed 1/N as before the ledger (files for the largest sets),
@@ -41,10 +41,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-__all__ = ["MemoryLedger", "MemoryNeed", "Plan", "memory_need", "job_share", "new_state", "clear_slot",
-           "enabled", "ENV", "UTIL"]
+__all__ = ["MemoryLedger", "MemoryNeed", "Plan", "memory_need", "claim_of", "job_share", "new_state",
+           "clear_slot", "enabled", "ENV", "UTIL"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,16 @@ class MemoryNeed:
     high_claim: float
     high_plan: Plan
     low_plan: Plan
+    total_bytes: int
+
+    def claim_of(self, plan: Plan) -> float:
+        """The claim of ``plan``: the bytes it sets aside over ``UTIL`` of the device, at most 1.0."""
+        return claim_of(plan, self.total_bytes)
+
+
+def claim_of(plan: Plan, total_bytes: int) -> float:
+    """The claim of ``plan`` on a device of ``total_bytes``: its bytes over ``UTIL`` of them, at most 1.0."""
+    return min(1.0, plan.nbytes / (UTIL * total_bytes))
 
 
 def memory_need(plan_at: Callable[[float], Plan], total_bytes: int) -> MemoryNeed:
@@ -117,7 +127,7 @@ def memory_need(plan_at: Callable[[float], Plan], total_bytes: int) -> MemoryNee
     best = plan_at(1.0)
 
     def smallest(ok: Callable[[Plan], bool]) -> float:
-        lo, hi = 0.0, 1.0  # ok(plan_at(hi)) holds
+        lo, hi = 1.0 / total_bytes, 1.0  # ok(plan_at(hi)) holds; below one byte the planner sees no limit
         for _ in range(40):
             mid = (lo + hi) / 2
             if ok(plan_at(mid)):
@@ -133,9 +143,8 @@ def memory_need(plan_at: Callable[[float], Plan], total_bytes: int) -> MemoryNee
         low_share = smallest(lambda p: p.exchange != "files")
         low = plan_at(low_share)
 
-    def claim(p: Plan) -> float:
-        return min(1.0, p.nbytes / (UTIL * total_bytes))
-    return MemoryNeed(low_share, claim(low), high_share, claim(best), best, low)
+    return MemoryNeed(low_share, claim_of(low, total_bytes), high_share, claim_of(best, total_bytes), best, low,
+                      total_bytes)
 
 
 class _FileLock:
@@ -222,45 +231,50 @@ class MemoryLedger:
         self.pending[1] = claim
         self.pending[0] = index
 
-    def try_claim(self, low: float, high: float) -> float | None:
-        """Claim ``high`` if the others leave room for it, else ``low`` if they leave room for that; None
-        otherwise (nothing claimed), and this slot becomes the one waiting when nobody is. While another
-        slot's job waits for a claim ``w``, a claim is granted only if ``w`` still fits beside it."""
+    def try_claim(self, options: Sequence[float]) -> float | None:
+        """Claim the first of ``options`` (the job's plans' claims, best plan first) the others leave room
+        for; None otherwise (nothing claimed), and this slot becomes the one waiting, for its smallest
+        option, when nobody is. While another slot's job waits for a claim ``w``, a claim is granted only
+        if ``w`` still fits beside it."""
         def attempt() -> float | None:
             waiting, w_claim = self._waiting()
             free = self.CAPACITY - self.others()
             if waiting not in (-1, self.index):
                 free -= w_claim
-            for c in (high, low):
+            for c in options:
                 if free + 1e-9 >= c:
                     self.claims[self.index] = c
                     if waiting == self.index:
                         self._set_waiting(-1, 0.0)
                     return c
             if waiting == -1:
-                self._set_waiting(self.index, low)  # the running jobs give back; new ones leave it room
+                self._set_waiting(self.index, min(options))  # the running jobs give back; new ones leave room
             return None
         return self._locked(attempt)
 
-    def claim(self, low: float, high: float, *, wait_s: float, fallback: float | None = None,
+    def claim(self, options: Sequence[float], *, wait_s: float, fallback: float,
               on_wait: Callable[[], None] | None = None) -> tuple[float, float, bool]:
-        """Claim ``high`` or ``low`` for one job: see the module's description.
+        """Claim one of ``options`` for one job: see the module's description.
 
         Args:
-            low, high: the job's two claims (``low <= high``; equal for a job with one plan).
+            options: the claims of the job's plans, best plan first (each in [0, 1]).
             wait_s: the longest to wait; then ``fallback`` is claimed whatever the others hold.
-            fallback: the claim of the plan for the fixed share (default: ``min(low, fixed)``).
+            fallback: the claim of the plan for the fixed share.
             on_wait: called once before the first wait (the caller gives up the device's host lock then:
                 a slot waiting for memory must not hold up the timing windows that let others finish).
 
         Returns:
-            ``(claim, waited_s, fell_back)``: this slot's claim until :meth:`release` (``high``, ``low``
-            or the fallback), the seconds waited, and whether the wait ran out.
+            ``(claim, waited_s, fell_back)``: this slot's claim until :meth:`release` (one of ``options``
+            or ``fallback``), the seconds waited, and whether the wait ran out.
+
+        Raises:
+            ValueError: no options.
         """
-        low = max(0.0, min(low, 1.0))
-        high = max(low, min(high, 1.0))
+        if not options:
+            raise ValueError("MemoryLedger.claim: no options")
+        options = [max(0.0, min(float(c), 1.0)) for c in options]
         t0 = time.monotonic()
-        got = self.try_claim(low, high)
+        got = self.try_claim(options)
         if got is not None:
             return got, 0.0, False
         if on_wait is not None:
@@ -268,19 +282,18 @@ class MemoryLedger:
         end = t0 + wait_s
         while time.monotonic() < end:
             time.sleep(self.POLL_S)
-            got = self.try_claim(low, high)
+            got = self.try_claim(options)
             if got is not None:
                 return got, time.monotonic() - t0, False
-        c = min(low, self.fixed) if fallback is None else fallback
 
         def fall_back() -> None:
             if self._waiting()[0] == self.index:
                 self._set_waiting(-1, 0.0)
-            self.claims[self.index] = c
+            self.claims[self.index] = fallback
         self._locked(fall_back)
         log.warning("no room for a claim of %.2f of the device's memory within %.0f s (the other slots hold "
-                    "%.2f); planning for the fixed share 1/%d", low, wait_s, self.others(), len(self.claims))
-        return c, time.monotonic() - t0, True
+                    "%.2f); planning for the fixed share 1/%d", min(options), wait_s, self.others(), len(self.claims))
+        return fallback, time.monotonic() - t0, True
 
     def release(self) -> None:
         """This slot's job is done: its claim (and its wait, if any) is given back."""
@@ -291,26 +304,32 @@ class MemoryLedger:
         self._locked(give_back)
 
 
-def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, fixed_claim: float, *,
+def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, fixed_plan: Plan, *,
               wait_s: float, on_wait: Callable[[], None] | None = None) -> tuple[float, float, float]:
     """The share of the device's memory one job plans for, claimed in ``ledger`` until its
-    :meth:`MemoryLedger.release`: a job whose best plan fits in ``fixed_share`` (1/N) plans for
-    ``fixed_share`` (the same plan) and claims its need (at least :attr:`MemoryLedger.FLOOR`); a larger
-    one plans for ``need.high_share`` or ``need.low_share`` as granted, or for ``fixed_share`` (claiming
-    ``fixed_claim``, that plan's claim) when the wait ran out.
+    :meth:`MemoryLedger.release`.
+
+    A job whose best plan fits in ``fixed_share`` (1/N) plans for ``fixed_share`` (the same plan) and
+    claims its need (at least :attr:`MemoryLedger.FLOOR`). A larger one is offered, best first: its best
+    plan (``need.high_share``), the plan of the fixed share (``fixed_plan``) where that is better than its
+    least shared one, and its least shared one (``need.low_share``); after the wait, the fixed share.
 
     Returns:
         ``(share, claim, seconds waited)``.
     """
+    fixed_claim = need.claim_of(fixed_plan)
     if need.high_share <= fixed_share:
         c = max(need.high_claim, ledger.FLOOR)
-        got, waited, _fell = ledger.claim(c, c, wait_s=wait_s, fallback=c, on_wait=on_wait)
+        got, waited, _fell = ledger.claim([c], wait_s=wait_s, fallback=c, on_wait=on_wait)
         return fixed_share, got, waited
-    got, waited, fell = ledger.claim(need.low_claim, need.high_claim, wait_s=wait_s, fallback=fixed_claim,
-                                     on_wait=on_wait)
+    options = [(need.high_share, need.high_claim)]
+    if fixed_plan.rank > need.low_plan.rank:
+        options.append((fixed_share, fixed_claim))
+    options.append((need.low_share, need.low_claim))
+    got, waited, fell = ledger.claim([c for _, c in options], wait_s=wait_s, fallback=fixed_claim, on_wait=on_wait)
     if fell:
         return fixed_share, got, waited
-    return (need.high_share if got >= need.high_claim else need.low_share), got, waited
+    return next(sh for sh, c in options if c == got), got, waited
 
 
 def new_state(ctx: Any, n_slots: int, lock_path: str) -> tuple[Any, Any, str]:

@@ -416,6 +416,7 @@ class LocalExecutor(Executor):
             for slot in self._slots:
                 if slot.proc.is_alive():
                     slot.proc.kill()
+            self._remove_ledger_files()
             raise
         if plan is not None:
             self._saved_affinity = set(os.sched_getaffinity(0))
@@ -452,15 +453,18 @@ class LocalExecutor(Executor):
         stats, info, fp = payload
         return {m: TimingStats.from_dict(s) for m, s in stats.items()}, info, fp  # type: ignore[misc]
 
+    def _remove_ledger_files(self) -> None:
+        for path in getattr(self, "_ledger_files", ()):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
     async def close(self) -> None:
         try:
             await asyncio.gather(*(asyncio.to_thread(s.stop) for s in self._slots))
         finally:
-            for path in getattr(self, "_ledger_files", ()):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+            self._remove_ledger_files()
             if self._saved_affinity is not None:
                 # (the calling thread's affinity: threads started meanwhile keep the narrower set)
                 os.sched_setaffinity(0, self._saved_affinity)

@@ -34,7 +34,7 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
     slot = SimpleNamespace(memory_share=share, memory_ledger=ledger, device=torch.device("cuda:0"), _gpu_share=None,
                            SHARE_MAX_FRACTION=DeviceEvaluator.SHARE_MAX_FRACTION, MEMORY_WAIT_MAX_S=10.0,
                            _share_ok=share_ok, _take_shared=lambda lk: None)
-    slot._planner = lambda ctx, total: DeviceEvaluator._planner(slot, ctx, total)
+    slot._planner = lambda ctx, total, baselines=False: DeviceEvaluator._planner(slot, ctx, total, baselines)
     return slot
 
 
@@ -94,71 +94,92 @@ def test_a_large_job_gets_its_best_plan_beside_small_ones_and_a_second_waits(tmp
     slots = _ledgers(6, tmp_path)
     small, _ = _need(_ctx(0.01, 0.01))
     for led in slots[:4]:  # four small jobs: each plans for 1/6 and claims the floor
-        share, claim, waited = job_share(led, small, 1 / 6, 1 / 6, wait_s=1.0)
+        share, claim, waited = job_share(led, small, 1 / 6, small.high_plan, wait_s=1.0)
         assert share == pytest.approx(1 / 6) and claim == pytest.approx(MemoryLedger.FLOOR) and waited == 0.0
     big, plan_at = _need(_ctx(6.0, 6.0))
-    share, claim, waited = job_share(slots[4], big, 1 / 6, 1 / 6, wait_s=1.0)
+    share, claim, waited = job_share(slots[4], big, 1 / 6, plan_at(1 / 6), wait_s=1.0)
     assert share == big.high_share and claim == big.high_claim and waited == 0.0
     assert plan_at(share).exchange != "files"  # through shared memory instead of files
     # a second large job: no room for either of its plans now; it becomes the one waiting
-    assert slots[5].try_claim(big.low_claim, big.high_claim) is None
+    assert slots[5].try_claim([big.high_claim, big.low_claim]) is None
     assert int(slots[5].pending[0]) == 5
     # a small job starts beside it only where the waiting claim still fits
     slots[0].release()
     free_after = 1.0 - sum(slots[0].claims[:]) - big.low_claim
-    got = slots[0].try_claim(MemoryLedger.FLOOR, MemoryLedger.FLOOR)
+    got = slots[0].try_claim([MemoryLedger.FLOOR])
     assert (got is not None) == (free_after >= MemoryLedger.FLOOR - 1e-9)
     if got is not None:
         slots[0].release()
     # once the first large job is done the waiting one is granted, and the turnstile opens
     slots[4].release()
-    got = slots[5].try_claim(big.low_claim, big.high_claim)
+    got = slots[5].try_claim([big.high_claim, big.low_claim])
     assert got == big.high_claim and int(slots[5].pending[0]) == -1
     assert sum(slots[0].claims[:]) <= MemoryLedger.CAPACITY + 1e-9
 
 
 def test_the_least_shared_plan_when_only_it_fits(tmp_path):
     a, b = _ledgers(2, tmp_path)
-    big, _ = _need(_ctx(6.0, 6.0))
-    a.claim(1.0 - big.low_claim, 1.0 - big.low_claim, wait_s=0.1)
-    share, claim, _ = job_share(b, big, 0.5, 0.5, wait_s=1.0)
+    big, plan_at = _need(_ctx(6.0, 6.0))
+    a.claim([1.0 - big.low_claim], wait_s=0.1, fallback=0.0)
+    share, claim, _ = job_share(b, big, 0.1, plan_at(0.1), wait_s=1.0)  # 1/10: files, worse than low
     assert claim == big.low_claim and share == big.low_share
+
+
+def test_the_fixed_shares_plan_is_offered_when_it_beats_the_least_shared_one(tmp_path):
+    # 2 GiB sets, three slots: at 1/3 every set is shared with two timing sets; the least shared plan is
+    # one staged set and one timing set. Under contention the job must not get less than 1/N gave it.
+    a, b = _ledgers(2, tmp_path)
+    need, plan_at = _need(_ctx(2.0, 2.0))
+    fixed = plan_at(1 / 3)
+    assert fixed.rank > need.low_plan.rank and need.high_share > 1 / 3
+    a.claim([1.0 - need.claim_of(fixed)], wait_s=0.1, fallback=0.0)  # room for the fixed plan, not the best
+    share, claim, _ = job_share(b, need, 1 / 3, fixed, wait_s=1.0)
+    assert share == pytest.approx(1 / 3) and claim == need.claim_of(fixed)
+
+
+def test_a_job_that_times_baselines_claims_their_copies_too():
+    slot = _slot()
+    ctx = _ctx(6.0, 6.0)
+    plain = slot._planner(ctx, H200)(1.0)
+    cold = DeviceEvaluator._planner(slot, ctx, H200, baselines=True)(1.0)
+    assert cold.nbytes == plain.nbytes + plain.timing_sets * 6 * GIB + 6 * GIB
 
 
 def test_a_waiting_job_gives_its_lock_up_once_and_is_granted_when_another_finishes(tmp_path):
     a, b = _ledgers(2, tmp_path)
-    assert a.claim(0.8, 0.8, wait_s=1.0)[0] == pytest.approx(0.8)
+    assert a.claim([0.8], wait_s=1.0, fallback=0.5)[0] == pytest.approx(0.8)
     calls: list[float] = []
     threading.Timer(0.3, a.release).start()
-    claim, waited, fell = b.claim(0.5, 0.9, wait_s=10.0, on_wait=lambda: calls.append(time.monotonic()))
+    claim, waited, fell = b.claim([0.9, 0.5], wait_s=10.0, fallback=0.5,
+                                  on_wait=lambda: calls.append(time.monotonic()))
     assert not fell and claim == pytest.approx(0.9) and 0.2 < waited < 5.0
     assert len(calls) == 1  # the caller gave the device's lock up once, before the first wait
 
 
 def test_a_wait_that_runs_out_plans_for_the_fixed_share(tmp_path):
     a, b, c = _ledgers(3, tmp_path)
-    a.claim(0.9, 0.9, wait_s=0.1)
-    claim, waited, fell = b.claim(0.5, 1.0, wait_s=0.2, fallback=0.3)
+    a.claim([0.9], wait_s=0.1, fallback=0.9)
+    claim, waited, fell = b.claim([1.0, 0.5], wait_s=0.2, fallback=0.3)
     assert fell and claim == pytest.approx(0.3) and waited >= 0.2
     assert int(b.pending[0]) == -1  # its wait is over: others claim freely again
     b.release()
-    big, _ = _need(_ctx(6.0, 6.0))
-    share, claim, _ = job_share(c, big, 1 / 3, 0.2, wait_s=0.1)
-    assert share == pytest.approx(1 / 3) and claim == pytest.approx(0.2)
+    big, plan_at = _need(_ctx(6.0, 6.0))
+    share, claim, _ = job_share(c, big, 1 / 3, plan_at(1 / 3), wait_s=0.1)
+    assert share == pytest.approx(1 / 3) and claim == pytest.approx(big.claim_of(plan_at(1 / 3)))
 
 
 def test_a_dead_slots_claim_and_wait_are_cleared(tmp_path):
     a, b = _ledgers(2, tmp_path)
-    a.claim(0.7, 0.7, wait_s=0.1)
-    assert b.try_claim(0.5, 0.5) is None and int(b.pending[0]) == 1
+    a.claim([0.7], wait_s=0.1, fallback=0.7)
+    assert b.try_claim([0.5]) is None and int(b.pending[0]) == 1
     clear_slot(b.claims, b.pending, 1)
     clear_slot(a.claims, a.pending, 0)
     assert list(a.claims[:]) == [0.0, 0.0] and int(a.pending[0]) == -1
-    assert b.try_claim(0.5, 0.5) == pytest.approx(0.5)
+    assert b.try_claim([0.5]) == pytest.approx(0.5)
 
 
 def _claim_in_child(claims, pending, path, index, share):  # runs in a spawned process
-    MemoryLedger(claims, pending, path, index).claim(share, share, wait_s=1.0)
+    MemoryLedger(claims, pending, path, index).claim([share], wait_s=1.0, fallback=share)
 
 
 def _hold_lock_and_die(path):  # runs in a spawned process: killed while holding the ledger's lock
@@ -176,7 +197,7 @@ def test_claims_are_seen_across_processes_and_the_lock_goes_with_a_dead_holder(t
     assert p.exitcode == 0
     here = MemoryLedger(claims, pending, path, 0)
     assert here.others() == pytest.approx(0.6)
-    assert here.try_claim(0.5, 0.5) is None  # 0.4 left
+    assert here.try_claim([0.5]) is None  # 0.4 left
     q = ctx.Process(target=_hold_lock_and_die, args=(path,))
     q.start()
     q.join(60)
@@ -202,7 +223,7 @@ def test_a_slot_plans_its_job_for_the_granted_share_and_gives_the_host_lock_up_w
     slot._gpu_share = SimpleNamespace(release=lambda: events.append("released"))
     slot._take_shared = lambda lk: events.append("taken back")
     ctx = _ctx(6.0, 6.0)
-    a.claim(0.9, 0.9, wait_s=0.1)  # the other slot holds most of the device
+    a.claim([0.9], wait_s=0.1, fallback=0.9)  # the other slot holds most of the device
     threading.Timer(0.3, a.release).start()
     phase: dict[str, float] = {}
     devmod.DeviceEvaluator._plan_memory(slot, ctx, phase)

@@ -316,3 +316,18 @@ def test_large_warm_ups_run_one_at_a_time_per_device(tmp_path, monkeypatch):
         assert waited >= 0.2 and time.perf_counter() - t0 >= 0.2
     t.join(10)
     assert (tmp_path / "kbench-locks" / "gpu-uuid-a.warm-big.lock").exists()
+
+
+def test_input_bytes_are_known_before_the_inputs_are_drawn():
+    import types
+
+    import torch
+
+    from kernelbench_harness.execution import warm
+
+    big = types.SimpleNamespace(get_inputs=lambda: [torch.rand(1 << 28), torch.randint(0, 3, (4,)), 7])
+    assert warm._input_nbytes(torch, big) == (1 << 30) + 4 * 8  # a GiB of float32, not allocated here
+
+    def odd():
+        return [torch.rand(4) * torch.rand(1).item()]  # a meta tensor has no value to read
+    assert warm._input_nbytes(torch, types.SimpleNamespace(get_inputs=odd)) == -1
