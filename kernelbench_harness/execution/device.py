@@ -619,10 +619,25 @@ class ProblemContext:
 
     def compare(self, outs: list[Any], set_idx: int) -> Comparison:
         """Judge ``outs`` (the candidate's flattened outputs, on the device) against input set ``set_idx``'s
-        reference: the stored one, or in lazy mode one evaluated now (:meth:`compare_on`)."""
+        reference: the stored one, or in lazy mode one evaluated now (:meth:`compare_on`).
+
+        Raises:
+            ReferenceError_: the trusted side ran out of device memory judging, twice (``oom``): the
+                harness's failure, not the candidate's.
+        """
         if self.lazy_refs:
             return self.compare_on(set_idx, None, outs)
-        return self._judge(outs, self.refs[set_idx], self.refs64[set_idx] if self.refs64 is not None else None)
+        ref64 = self.refs64[set_idx] if self.refs64 is not None else None
+        try:
+            return self._judge(outs, self.refs[set_idx], ref64)
+        except torch.OutOfMemoryError:
+            if self.device.type != "cuda":
+                raise ReferenceError_(f"judging input set {set_idx} ran out of memory", oom=True) from None
+        torch.cuda.empty_cache()  # beside another slot's job, say: once more with the cache handed back
+        try:
+            return self._judge(outs, self.refs[set_idx], ref64)
+        except torch.OutOfMemoryError as e:
+            raise ReferenceError_(f"judging input set {set_idx} ran out of memory: {e}", oom=True) from None
 
     def _judge(self, outs: list[Any], ref: list[Any], ref64: list[Any] | None) -> Comparison:
         """``outs`` against reference outputs ``ref`` (and their float64 twin) under the protocol."""
@@ -1519,7 +1534,8 @@ class DeviceEvaluator:
 
         Raises:
             TensorFormatError: no staging buffer, or a set index out of range (a protocol violation).
-            ReferenceError_: the set differs in kind or size from set 0 (the problem's inputs vary).
+            ReferenceError_: the set differs in kind or size from set 0 (the problem's inputs vary), or
+                drawing it again ran out of device memory (``oom``: the harness's failure).
         """
         i = msg.get("set")
         if not self._share_staged or not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < ctx.n_sets:
@@ -1534,7 +1550,10 @@ class DeviceEvaluator:
         except _devshare.DevShareError as e:  # the problem's sets differ in shape: judged as the reference's
             raise ReferenceError_(f"input sets cannot be staged: {e}") from e
         except torch.OutOfMemoryError as e:
-            raise _ChildFailed("oom", f"out of memory while staging input set {i} for the candidate: {e}") from e
+            # the trusted side drawing the set again ran out (beside this or another slot's candidate): the
+            # harness's failure, not the candidate's oom
+            raise ReferenceError_(f"out of memory while staging input set {i} for the candidate: {e}",
+                                  oom=True) from e
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # in the buffer before the process reads it
             torch.cuda.empty_cache()  # the redrawn set, back for the candidate's process to use
