@@ -812,6 +812,7 @@ class DeviceEvaluator:
         self.memory_share = float(memory_share)
         self._job_share = self.memory_share  # the share the current job plans for (_plan_memory)
         self._job_claim = 0.0  # and its claim in the memory ledger (0.0 without one)
+        self._alone = False  # the current job claims the whole device (a re-run after an oom beside others)
         self.device = torch.device(device if device != "cuda" else "cuda:0")
         self.timing_lock = timing_lock
         self.physical_device = physical_device or str(self.device)
@@ -1177,19 +1178,39 @@ class DeviceEvaluator:
         """
         with self._gpu_work():
             try:
-                return self._evaluate(job)
+                res = self._evaluate(job)
+                if res.outcome is Outcome.OOM and self.memory_ledger is not None and self.device.type == "cuda" \
+                        and not res.error.startswith("resident memory"):
+                    # out of device memory beside the other slots' jobs: the memory may have been theirs.
+                    # Once more with the whole device claimed, so an oom verdict is the candidate's own
+                    first = res
+                    self._give_memory_back()
+                    self._alone = True
+                    try:
+                        res = self._evaluate(job)
+                    finally:
+                        self._alone = False
+                    res = res.with_(extra={**res.extra, "rerun_alone": True,
+                                           "oom_beside_others": {"error": first.error[:2000],
+                                                                 "memory_claim": first.extra.get("memory_claim")}})
+                return res
             finally:
-                if self.memory_ledger is not None:
-                    if self.device.type == "cuda":
-                        # what this job's plan set aside (timing copies, baseline sets, outputs) goes back
-                        # to the driver before its claim does: another slot may plan for it at once
-                        try:
-                            torch.cuda.synchronize(self.device)
-                            torch.cuda.empty_cache()
-                        except Exception:  # noqa: BLE001 - a device fault is reported by the job itself
-                            pass
-                    self.memory_ledger.release()
+                self._give_memory_back()
                 self._job_share = self.memory_share
+
+    def _give_memory_back(self) -> None:
+        """End this job's claim in the memory ledger (if any), the allocator's cache handed back first."""
+        if self.memory_ledger is None:
+            return
+        if self.device.type == "cuda":
+            # what this job's plan set aside (timing copies, baseline sets, outputs) goes back to the driver
+            # before its claim does: another slot may plan for it at once
+            try:
+                torch.cuda.synchronize(self.device)
+                torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001 - a device fault is reported by the job itself
+                pass
+        self.memory_ledger.release()
 
     #: the longest a job waits for its share of the device's memory before it plans for the fixed share
     MEMORY_WAIT_MAX_S = 300.0
@@ -1220,9 +1241,15 @@ class DeviceEvaluator:
                     lk.release()
                     released.append(lk)
             try:
-                share, self._job_claim, waited = job_share(led, need, self.memory_share,
-                                                           plan_at(self.memory_share),
-                                                           wait_s=self.MEMORY_WAIT_MAX_S, on_wait=give_lock_up)
+                if self._alone:  # a re-run after running out of memory beside others: the whole device
+                    self._job_claim, waited, fell = led.claim([1.0], wait_s=self.MEMORY_WAIT_MAX_S,
+                                                              fallback=need.claim_of(plan_at(self.memory_share)),
+                                                              on_wait=give_lock_up)
+                    share = self.memory_share if fell else 1.0
+                else:
+                    share, self._job_claim, waited = job_share(led, need, self.memory_share,
+                                                               plan_at(self.memory_share),
+                                                               wait_s=self.MEMORY_WAIT_MAX_S, on_wait=give_lock_up)
             finally:
                 for lk in released:
                     try:

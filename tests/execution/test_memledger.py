@@ -33,7 +33,7 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
 
     slot = SimpleNamespace(memory_share=share, memory_ledger=ledger, device=torch.device("cuda:0"), _gpu_share=None,
                            SHARE_MAX_FRACTION=DeviceEvaluator.SHARE_MAX_FRACTION, MEMORY_WAIT_MAX_S=10.0,
-                           _share_ok=share_ok, _take_shared=lambda lk: None)
+                           _share_ok=share_ok, _take_shared=lambda lk: None, _alone=False)
     slot._planner = lambda ctx, total, baselines=False: DeviceEvaluator._planner(slot, ctx, total, baselines)
     return slot
 
@@ -311,3 +311,40 @@ def test_a_cuda_window_takes_the_host_lock_but_not_the_runs_multiprocessing_lock
     with devmod.DeviceEvaluator._timing_window(cpu, "candidate"):
         pass
     assert taken == ["run", "run released"]
+
+
+def test_an_oom_beside_other_slots_is_evaluated_again_with_the_whole_device(monkeypatch, tmp_path):
+    """A candidate that ran out of device memory while other slots' jobs held some is evaluated once more
+    claiming the whole device; its verdict is that run's, with the first one kept in ``extra``."""
+    import contextlib
+
+    import torch
+
+    from kernelbench_harness.core import EvalResult, Outcome
+    from kernelbench_harness.execution import device as devmod
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=H200))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    a, b = _ledgers(2, tmp_path)
+    slot = _slot(0.5, b)
+    slot._gpu_work = contextlib.nullcontext
+    slot._give_memory_back = lambda: devmod.DeviceEvaluator._give_memory_back(slot)
+    ctx = _ctx(0.5, 0.5)
+    seen: list[tuple[bool, float]] = []
+
+    def evaluate(job):
+        devmod.DeviceEvaluator._plan_memory(slot, ctx, {})
+        seen.append((slot._alone, slot._job_claim))
+        if len(seen) == 1:
+            return EvalResult(Outcome.OOM, error="CUDA out of memory", extra={"memory_claim": slot._job_claim})
+        return EvalResult(Outcome.CORRECT, extra={"memory_claim": slot._job_claim})
+    slot._evaluate = evaluate
+    res = devmod.DeviceEvaluator.evaluate(slot, object())
+    assert res.outcome is Outcome.CORRECT and res.extra["rerun_alone"] is True
+    assert res.extra["oom_beside_others"]["error"] == "CUDA out of memory"
+    assert seen[0][0] is False and seen[1] == (True, 1.0)  # the re-run claimed the whole device
+    assert list(b.claims[:]) == [0.0, 0.0] and slot._alone is False
+    # a host memory limit (the candidate's own resident memory) is not run again
+    slot._evaluate = lambda job: EvalResult(Outcome.OOM, error="resident memory over the limit")
+    assert "rerun_alone" not in devmod.DeviceEvaluator.evaluate(slot, object()).extra
