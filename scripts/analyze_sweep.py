@@ -102,6 +102,29 @@ def main() -> int:
         if "yields" in phases:  # a slot gave way to another's timing window (DeviceEvaluator._gpu_yield)
             print(f"   gave way to other slots' windows: {phases['yields']:.0f} time(s), "
                   f"{phases.get('yield_wait', 0.0):.1f} s waiting")
+        # how the slots shared the GPU's memory (the ledger: execution/memledger.py)
+        exch: dict[str, int] = defaultdict(int)
+        tsets: dict[int, int] = defaultdict(int)
+        claims, reruns, trusted_oom = [], 0, 0
+        for at in atts:
+            x = at.result.extra or {}
+            if x.get("input_exchange"):
+                exch[x["input_exchange"]] += 1
+            if isinstance(x.get("timing_sets"), int):
+                tsets[x["timing_sets"]] += 1
+            if isinstance(x.get("memory_claim"), (int, float)) and x["memory_claim"] > 0:
+                claims.append(float(x["memory_claim"]))
+            reruns += bool(x.get("rerun_alone"))
+            trusted_oom += bool(x.get("trusted_oom"))
+        if exch or claims:
+            line = "   memory: input exchange " + ", ".join(f"{k} {v}" for k, v in sorted(exch.items()))
+            if tsets:
+                line += "; timing sets " + ", ".join(f"{k}: {v}" for k, v in sorted(tsets.items()))
+            if claims:
+                line += f"; claims median {statistics.median(claims):.3f}, max {max(claims):.3f}"
+            if phases.get("memory_wait"):
+                line += f"; waited for memory {phases['memory_wait']:.1f} s"
+            print(line + f"; re-run alone after an oom {reruns}; trusted-side oom {trusted_oom}")
         startup = (info.config or {}).get("startup_s")
         if startup:  # before the run's record: interpreter, imports, problems; then the device slots
             print("   start-up: " + ", ".join(f"{k} {v} s" for k, v in startup.items()))
