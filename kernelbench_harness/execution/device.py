@@ -38,7 +38,7 @@ from .guards import apply_tf32, cheat_findings, static_findings
 from .process import ChildHandle, Launcher
 from .quiet import in_tree, proc_stat
 from .sandbox import clean_environment, site_write_dirs
-from .scratch import HostDeviceLock, claim_scratch, device_lock_key, release_fd
+from .scratch import HostDeviceLock, claim_scratch, device_lock_key, flock_holders, release_fd
 from .tensorio import DTYPES, TensorFormatError, encode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
 
@@ -1198,6 +1198,19 @@ class DeviceEvaluator:
                 self._give_memory_back()
                 self._job_share = self.memory_share
 
+    def _other_lock_files(self) -> list[str]:
+        """The run's other lock files a candidate's process could take to stall the slots: the memory
+        ledger's and the large-warm-up lock of this device."""
+        out = []
+        lock = getattr(self.memory_ledger, "lock", None)
+        if getattr(lock, "path", None):
+            out.append(str(lock.path))
+        if self.host_lock_key:
+            from .warm import warm_big_lock_path
+
+            out.append(str(warm_big_lock_path(self.host_lock_key)))
+        return out
+
     def _give_memory_back(self) -> None:
         """End this job's claim in the memory ledger (if any), the allocator's cache handed back first."""
         if self.memory_ledger is None:
@@ -1342,11 +1355,12 @@ class DeviceEvaluator:
         except OSError:  # the lock files cannot be read: carry on holding the lock
             return 0.0
         if h is not None:
-            tamper = sorted(pid for pid in lk.holders() if in_tree(pid, h.pid))
+            tamper = sorted(pid for pid in lk.holders() | flock_holders(self._other_lock_files())
+                            if in_tree(pid, h.pid))
             if tamper:
                 h.kill("device lock tamper")
                 raise ChannelError(f"the candidate's process {tamper[0]} holds or waits for the device's timing "
-                                   "lock files (it could stall every slot on the device)")
+                                   "or memory lock files (it could stall every slot on the device)")
         t0 = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

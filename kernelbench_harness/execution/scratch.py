@@ -118,6 +118,35 @@ def device_lock_key(device: Any) -> str | None:
     return f"gpu-{ident}"
 
 
+def flock_holders(paths: list[Path] | list[str]) -> set[int]:
+    """Process ids that hold or wait for an ``flock`` on any of ``paths`` (``/proc/locks``, which records
+    the process that took each lock). Empty where /proc cannot tell; missing files are skipped."""
+    try:
+        files = set()
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            files.add((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
+        out: set[int] = set()
+        if not files:
+            return out
+        with open("/proc/locks") as f:
+            for line in f:
+                parts = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF", or "1: -> FLOCK ..." for a waiter
+                if "->" in parts:
+                    parts.remove("->")
+                if len(parts) >= 6 and parts[1] == "FLOCK":
+                    ident = parts[5].split(":")
+                    if len(ident) == 3 and (int(ident[0], 16), int(ident[1], 16), int(ident[2])) in files:
+                        out.add(int(parts[4]))
+        return out
+    except (OSError, ValueError):
+        return set()
+
+
 class HostDeviceLock:
     """A fair reader-writer lock on one physical device, shared by every kbench process on this host.
 
@@ -218,28 +247,7 @@ class HostDeviceLock:
     def holders(self) -> set[int]:
         """Process ids that hold or wait for either of the lock's files (``/proc/locks``; ``flock``
         records the process that took the lock). Empty where /proc cannot tell."""
-        try:
-            files = set()
-            for path in (self.path, self.turn_path):
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    continue
-                files.add((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino))
-            out: set[int] = set()
-            with open("/proc/locks") as f:
-                for line in f:
-                    parts = line.split()
-                    # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF", or "1: -> FLOCK ..." for a waiter
-                    if "->" in parts:
-                        parts.remove("->")
-                    if len(parts) >= 6 and parts[1] == "FLOCK":
-                        ident = parts[5].split(":")
-                        if len(ident) == 3 and (int(ident[0], 16), int(ident[1], 16), int(ident[2])) in files:
-                            out.add(int(parts[4]))
-            return out
-        except (OSError, ValueError):
-            return set()
+        return flock_holders([self.path, self.turn_path])
 
     def contended(self) -> bool:
         """Whether another process is queued at the turnstile: a timing window waiting for the shared

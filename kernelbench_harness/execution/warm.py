@@ -28,9 +28,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import multiprocessing as mp
@@ -178,6 +180,11 @@ def _input_nbytes(torch: Any, mod: Any) -> int:
         return -1
 
 
+def warm_big_lock_path(key: str) -> Path:
+    """The large-warm-up lock file of the device ``key`` (:func:`.scratch.device_lock_key`)."""
+    return Path(tempfile.gettempdir()) / "kbench-locks" / f"{key}.warm-big.lock"
+
+
 @contextlib.contextmanager
 def _alone_on_device(key: str) -> Iterator[float]:
     """Hold the device's "large warm-up" file lock (``$TMPDIR/kbench-locks/<key>.warm-big.lock``,
@@ -186,12 +193,9 @@ def _alone_on_device(key: str) -> Iterator[float]:
     and its outputs of that size on the device beside the slots' own sets could run it out of memory.
     Not the device's timing lock: nothing here keeps a timing window waiting."""
     import fcntl
-    import tempfile
-    from pathlib import Path
 
-    folder = Path(tempfile.gettempdir()) / "kbench-locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{key}.warm-big.lock"
+    path = warm_big_lock_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:  # other users' runs on this host take it too (as the device's timing lock files)
         os.fchmod(fd, 0o666)
