@@ -218,14 +218,9 @@ def enabled() -> bool:
     Raises:
         ValueError: any other value.
     """
-    import os
+    from ..envflags import env_switch
 
-    raw = os.environ.get(ENV, "").strip().lower()
-    if raw in ("", "1", "true", "on", "yes"):
-        return True
-    if raw in ("0", "false", "off", "no"):
-        return False
-    raise ValueError(f"{ENV}={raw!r}: expected 0 or 1")
+    return env_switch(ENV)
 
 
 def available(device: torch.device) -> bool:

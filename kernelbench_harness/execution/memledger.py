@@ -62,12 +62,9 @@ def enabled() -> bool:
     Raises:
         ValueError: the variable is set to something else.
     """
-    raw = os.environ.get(ENV, "").strip().lower()
-    if raw in ("", "1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{ENV}={raw!r}: expected 1 (share a GPU's memory between slots by need) or 0 (a fixed 1/N)")
+    from ..envflags import env_switch
+
+    return env_switch(ENV, expected="expected 1 (share a GPU's memory between slots by need) or 0 (a fixed 1/N)")
 
 
 @dataclass(frozen=True, slots=True)
