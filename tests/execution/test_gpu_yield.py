@@ -186,22 +186,36 @@ def test_holders_name_the_processes_on_the_lock_files() -> None:
     b.release()
 
 
-def test_a_candidate_holding_the_lock_files_is_a_cheat_and_is_killed(tmp_path: Path) -> None:
+def _holder_of(path: Path) -> tuple[subprocess.Popen, SimpleNamespace, list[str]]:
+    """A stand-in candidate process that opens ``path`` read-only and holds an exclusive flock on it; a
+    handle whose ``kill`` records why and kills it; the list of reasons."""
+    evil = subprocess.Popen([sys.executable, "-c", "import fcntl,os,sys,time\n"
+                             "fd=os.open(sys.argv[1],os.O_RDONLY); fcntl.flock(fd,fcntl.LOCK_EX); print('held',flush=True)\n"
+                             "time.sleep(60)", str(path)], stdout=subprocess.PIPE, text=True)
+    assert evil.stdout.readline().strip() == "held"
+    killed: list[str] = []
+    return evil, SimpleNamespace(pid=evil.pid, kill=lambda why: (killed.append(why), evil.kill())), killed
+
+
+@pytest.mark.parametrize("held", ["turnstile", "ledger"])
+def test_a_candidate_holding_the_lock_files_is_a_cheat_and_is_killed(tmp_path: Path, held: str) -> None:
     """A candidate can open the lock's turnstile (it needs only read access) and take it: its own slot
-    would then give way and wait forever on the lock its stopped process holds."""
+    would then give way and wait forever on the lock its stopped process holds. The memory ledger's lock
+    file (an flock the run's slots share, in the temp folder) likewise: holding it would make every slot's
+    claim wait and then update the ledger unlocked."""
     from kernelbench_harness.execution.channel import ChannelError
+    from kernelbench_harness.execution.memledger import MemoryLedger
 
     key = _key()
     turn = HostDeviceLock(key).turn_path
     turn.parent.mkdir(parents=True, exist_ok=True)
     turn.touch()
-    evil = subprocess.Popen([sys.executable, "-c", "import fcntl,os,sys,time\n"
-                             "fd=os.open(sys.argv[1],os.O_RDONLY); fcntl.flock(fd,fcntl.LOCK_EX); print('held',flush=True)\n"
-                             "time.sleep(60)", str(turn)], stdout=subprocess.PIPE, text=True)
-    assert evil.stdout.readline().strip() == "held"
-    killed: list[str] = []
-    h = SimpleNamespace(pid=evil.pid, kill=lambda why: (killed.append(why), evil.kill()))
-    a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=False)
+    ledger_lock = tmp_path / "ledger.lock"
+    ledger_lock.touch()
+    evil, h, killed = _holder_of(turn if held == "turnstile" else ledger_lock)
+    a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=False,
+                        window_queue=(bytearray([0, 1]), 0),  # another slot's window is queued
+                        memory_ledger=MemoryLedger([0.0, 0.0], [-1.0, 0.0], str(ledger_lock), 0))
     a.host_lock_key = key
     lk = HostDeviceLock(key)
     try:
@@ -387,37 +401,3 @@ def test_the_runs_queued_windows_follow_each_other_while_the_other_slots_wait(tm
         for ev in evs:
             ev.close()
 
-
-def test_a_candidate_holding_the_memory_ledgers_lock_is_a_cheat_and_is_killed(tmp_path: Path) -> None:
-    """The memory ledger's lock file (an flock the run's slots share) is in the temp folder a candidate can
-    read: holding it would make every slot's claim wait and then update the ledger unlocked."""
-    from kernelbench_harness.execution.channel import ChannelError
-    from kernelbench_harness.execution.memledger import MemoryLedger
-
-    key = _key()
-    ledger_lock = tmp_path / "ledger.lock"
-    ledger_lock.touch()
-    evil = subprocess.Popen([sys.executable, "-c", "import fcntl,os,sys,time\n"
-                             "fd=os.open(sys.argv[1],os.O_RDONLY); fcntl.flock(fd,fcntl.LOCK_EX); print('held',flush=True)\n"
-                             "time.sleep(60)", str(ledger_lock)], stdout=subprocess.PIPE, text=True)
-    assert evil.stdout.readline().strip() == "held"
-    killed: list[str] = []
-    h = SimpleNamespace(pid=evil.pid, kill=lambda why: (killed.append(why), evil.kill()))
-    a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=False,
-                        window_queue=(bytearray([0, 1]), 0),  # another slot's window is queued
-                        memory_ledger=MemoryLedger([0.0, 0.0], [-1.0, 0.0], str(ledger_lock), 0))
-    a.host_lock_key = key
-    lk = HostDeviceLock(key)
-    try:
-        lk.acquire(shared=True)
-        a._gpu_share = lk
-        with pytest.raises(ChannelError, match="memory lock files"):
-            a._gpu_yield(h, {}, time.monotonic() + 5)
-        assert killed == ["device lock tamper"]
-        assert evil.wait(5) is not None
-    finally:
-        a._gpu_share = None
-        evil.kill()
-        evil.wait()
-        lk.release()
-        a.close()
