@@ -462,6 +462,20 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         pool = BuildPool(build_cache, workers=cfg.build_workers or min(16, max(1, ncpu - 1)),
                          arch_list=arch, timeout_s=cfg.build_timeout_s, start_method=cfg.start_method,
                          sandbox=cfg.sandbox)
+        # on resume, turns that failed for a reason not the candidate's (the provider's request, a harness
+        # error) are evaluated again, with the turns after them; the new verdict keeps the old one
+        retry = store.retryable_attempts(run_name) if stored is not None else {}
+        retried: dict[tuple[int, int, str, int, int], dict[str, Any]] = {}
+        if retry:
+            first_failed: dict[tuple[int, int, str, int], int] = {}
+            for (lv, pid, m, sid, t) in retry:
+                k = (lv, pid, m, sid)
+                first_failed[k] = min(t, first_failed.get(k, t))
+            for k, t in first_failed.items():
+                store.discard_attempts_from(run_name, *k, t)
+                retried[(*k, t)] = retry[(*k, t)]
+            prog.note(f"resuming {run_name}: {len(first_failed)} sample(s) with a generation or harness error "
+                      "are evaluated again")
         done = store.done_attempts(run_name)
         total_turns = cfg.turns if ad.is_llm else 1
         todo: list[tuple[SampleSpec, int]] = []
@@ -473,10 +487,6 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             if len(turns_done) >= total_turns:
                 skipped += 1
                 continue
-            if turns_done:
-                last = store.attempts_for_sample(run_name, p.level, p.problem_id, spec.model, spec.sample_id)
-                if last and last[-1].result.outcome is Outcome.GENERATION_ERROR:
-                    pass  # retry the failed request on resume
             todo.append((spec, len(turns_done)))
         if skipped:
             prog.note(f"resuming {run_name}: {skipped} sample(s) already complete")
@@ -569,9 +579,14 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 
         async def record(rec: TurnRecord) -> None:
             gen = dataclasses.asdict(rec.generation)
+            result = rec.result
+            earlier = retried.get((rec.spec.problem.level, rec.spec.problem.problem_id, rec.spec.model,
+                                   rec.spec.sample_id, rec.turn))
+            if earlier is not None:  # evaluated again on resume: the verdict it replaces
+                result = result.with_(extra={**result.extra, "earlier_attempt": earlier})
             store.record_attempt(run_name, problem=rec.spec.problem, candidate=rec.candidate, model=rec.spec.model,
                                  sample_id=rec.spec.sample_id, turn=rec.turn, messages=list(rec.messages) or None,
-                                 reply=rec.generation.text if ad.is_llm else None, generation=gen, result=rec.result)
+                                 reply=rec.generation.text if ad.is_llm else None, generation=gen, result=result)
             outcomes[str(rec.result.outcome)] = outcomes.get(str(rec.result.outcome), 0) + 1
             if ad.is_llm:
                 prog.advance("generate")

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Engine, create_engine, delete, event, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session
 
-from ..core import Candidate, EvalResult, Problem, TimingStats
+from ..core import Candidate, EvalResult, Outcome, Problem, TimingStats
 from ..errors import ConfigError, PrerequisiteError, StoreError
 from . import _jsonsafe
 from .models import (
@@ -801,6 +801,55 @@ class Store:
                 .where(SampleRow.run_id == run.id)
             ).all()
             return {(int(a), int(b), str(c), int(d), int(e)) for a, b, c, d, e in rows}
+
+    def retryable_attempts(self, run_name: str) -> dict[tuple[int, int, str, int, int], dict[str, Any]]:
+        """Recorded turns that failed for a reason not the candidate's, to evaluate again on resume: a
+        generation error (the provider's request failed) or a harness error (``extra.harness_error``: a
+        device worker that died, the trusted side out of memory). Keyed like :meth:`done_attempts`; each
+        value is ``{"outcome": ..., "error": ...}`` of the stored verdict (first 2000 characters).
+
+        Raises:
+            StoreError: no such run.
+        """
+        with self._read() as s:
+            run = self._run_row(s, run_name)
+            rows = s.execute(
+                select(SampleRow.level, SampleRow.problem_id, SampleRow.model, SampleRow.sample_id, AttemptRow.turn,
+                       ResultRow.outcome, ResultRow.error, ResultRow.extra)
+                .join(AttemptRow, AttemptRow.sample_pk == SampleRow.id)
+                .join(ResultRow, ResultRow.attempt_pk == AttemptRow.id)
+                .where(SampleRow.run_id == run.id)
+            ).all()
+        out: dict[tuple[int, int, str, int, int], dict[str, Any]] = {}
+        for lv, pid, model, sid, turn, outcome, error, extra in rows:
+            if outcome == str(Outcome.GENERATION_ERROR) or (isinstance(extra, dict) and extra.get("harness_error")):
+                out[(int(lv), int(pid), str(model), int(sid), int(turn))] = {"outcome": outcome,
+                                                                              "error": (error or "")[:2000]}
+        return out
+
+    def discard_attempts_from(self, run_name: str, level: int, problem_id: int, model: str, sample_id: int,
+                              turn: int) -> int:
+        """Delete a sample's recorded turns from ``turn`` on (their results and timings too), so a resumed
+        run evaluates them again. Returns how many turns were deleted.
+
+        Raises:
+            StoreError: no such run.
+        """
+        with self._write() as s:
+            run = self._run_row(s, run_name)
+            sample = s.scalars(select(SampleRow).where(
+                SampleRow.run_id == run.id, SampleRow.level == level, SampleRow.problem_id == problem_id,
+                SampleRow.model == model, SampleRow.sample_id == sample_id)).one_or_none()
+            if sample is None:
+                return 0
+            ids = list(s.scalars(select(AttemptRow.id).where(AttemptRow.sample_pk == sample.id,
+                                                             AttemptRow.turn >= turn)).all())
+            if ids:  # children first (whether or not the database cascades)
+                rids = select(ResultRow.id).where(ResultRow.attempt_pk.in_(ids)).scalar_subquery()
+                s.execute(delete(TimingRow).where(TimingRow.result_pk.in_(rids)))
+                s.execute(delete(ResultRow).where(ResultRow.attempt_pk.in_(ids)))
+                s.execute(delete(AttemptRow).where(AttemptRow.id.in_(ids)))
+            return len(ids)
 
     def attempts_for_sample(
         self, run_name: str, level: int, problem_id: int, model: str, sample_id: int

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from .conftest import SHORT_TIMING_ARGS, kbench
+from .conftest import SHORT_TIMING, SHORT_TIMING_ARGS, kbench
 
 # short timing: what is stored and resumed is under test, not the times
 ARGS = ["run", "--model", "bundled", "--level", "1", "--ids", "1-3", "--gpus", "cpu", "--display", "plain", "--no-report",
@@ -77,3 +77,44 @@ def test_sigkill_twice_then_resume_equals_uninterrupted(workdir):
     with sqlite3.connect(db) as c:
         status = c.execute("select status from runs where run_name='cut'").fetchone()[0]
     assert status == "finished"
+
+
+def test_resume_evaluates_again_what_failed_for_a_reason_not_the_candidates(tmp_path):
+    """A verdict the harness caused (a device worker that died, the trusted side out of memory:
+    ``extra.harness_error``) or the provider's failed request (``generation_error``) is evaluated again by
+    ``--resume``; the new verdict keeps the one it replaces; good verdicts are kept as they are."""
+    import asyncio
+    import json
+
+    from kernelbench_harness.runner import RunConfig, execute_run
+    from kernelbench_harness.store import Store
+
+    db = tmp_path / "kb.db"
+    cfg = RunConfig(model="bundled", levels=(1,), ids="1-2", run_name="r", db=f"sqlite:///{db}", gpus="cpu",
+                    build_cache=str(tmp_path / "cache"), timeout_s=120, protocol_overrides=SHORT_TIMING)
+    first = asyncio.run(execute_run(cfg))
+    assert first.outcomes == {"correct": 2}
+    with sqlite3.connect(db) as c:  # problem 1's verdict becomes a harness error, as a killed worker's
+        rid, extra = c.execute("select r.id, r.extra from results r join attempts a on r.attempt_pk = a.id "
+                               "join samples s on a.sample_pk = s.id where s.problem_id = 1").fetchone()
+        extra = {**json.loads(extra), "harness_error": True}
+        c.execute("update results set outcome = 'runtime_error', error = 'device worker died (exit code -9)', "
+                  "extra = ? where id = ?", (json.dumps(extra), rid))
+        kept = c.execute("select r.id from results r join attempts a on r.attempt_pk = a.id "
+                         "join samples s on a.sample_pk = s.id where s.problem_id = 2").fetchone()[0]
+    again = asyncio.run(execute_run(cfg, resume=True))
+    assert again.evaluated == 1 and again.outcomes == {"correct": 1}
+    st = Store(f"sqlite:///{db}")
+    try:
+        by_id = {a.problem_id: a for a in st.attempts("r")}
+        assert str(by_id[1].result.outcome) == "correct"
+        assert by_id[1].result.extra["earlier_attempt"] == {"outcome": "runtime_error",
+                                                            "error": "device worker died (exit code -9)"}
+        assert by_id[2].result_id == kept and "earlier_attempt" not in by_id[2].result.extra
+        assert st.retryable_attempts("r") == {}
+    finally:
+        st.close()
+    with sqlite3.connect(db) as c:  # nothing of the replaced verdict is left behind
+        assert c.execute("select count(*) from attempts").fetchone()[0] == 2
+        assert c.execute("select count(*) from timings t left join results r on t.result_pk = r.id "
+                         "where r.id is null").fetchone()[0] == 0

@@ -249,6 +249,28 @@ def test_record_attempt_is_idempotent(store: Store) -> None:
     assert [a.turn for a in store.attempts_for_sample("r", 1, 2, "m", 0)] == [0, 1]
 
 
+def test_retryable_turns_are_found_and_discarded_with_what_follows(store: Store) -> None:
+    """What ``--resume`` evaluates again: a harness error or a generation error, and the turns after it."""
+    p = store.run_problems("r")[0]
+    _record(store, p, _result(), turn=0)
+    _record(store, p, _result(outcome=Outcome.RUNTIME_ERROR, correct=False, error="device worker died",
+                              extra={"harness_error": True}), turn=1)
+    _record(store, p, _result(), turn=2)
+    _record(store, p, _result(outcome=Outcome.GENERATION_ERROR, correct=False, candidate=None, error="HTTP 503"),
+            sample=1, code=None)
+    _record(store, p, _result(outcome=Outcome.INCORRECT, correct=False, error="wrong"), sample=1, turn=1)
+    retry = store.retryable_attempts("r")
+    assert retry == {(1, 2, "m", 0, 1): {"outcome": "runtime_error", "error": "device worker died"},
+                     (1, 2, "m", 1, 0): {"outcome": "generation_error", "error": "HTTP 503"}}
+    assert store.discard_attempts_from("r", 1, 2, "m", 0, 1) == 2
+    assert [a.turn for a in store.attempts_for_sample("r", 1, 2, "m", 0)] == [0]
+    assert store.discard_attempts_from("r", 1, 2, "m", 9, 0) == 0  # no such sample
+    with store._read() as s:
+        assert s.scalar(select(func.count()).select_from(AttemptRow)) == 3
+        assert s.scalar(select(func.count()).select_from(ResultRow)) == 3
+        assert s.scalar(select(func.count()).select_from(TimingRow)) == 2  # the generation error timed nothing
+
+
 def test_concurrent_record_attempt_stores_once(store: Store) -> None:
     p = store.run_problems("r")[1]
     ids: list[int] = []
