@@ -269,8 +269,9 @@ def _check_environment() -> None:
     slot, a bad value would fail every candidate and be stored as their runtime errors.
 
     Raises:
-        ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer, or ``KBENCH_DEVSHARE`` or
-            ``KBENCH_MEMORY_LEDGER`` is not 0 or 1.
+        ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer; ``KBENCH_DEVSHARE``,
+            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_PCH`` or ``KBENCH_SLIM_HEADERS`` is not an on/off switch;
+            ``KBENCH_SANDBOX_LAYERS`` names an unknown layer.
     """
     import torch
 
@@ -282,12 +283,17 @@ def _check_environment() -> None:
     except ValueError as e:
         raise ConfigError(str(e), fix=f"set {devshare.ENV}=0 to pass inputs through files, or unset it") from None
 
-    from .execution import memledger
+    from .execution import build, memledger, sandbox
 
-    try:
-        memledger.enabled()
-    except ValueError as e:
-        raise ConfigError(str(e), fix=f"set {memledger.ENV}=0 or 1, or unset it (1)") from None
+    for check, fix in ((memledger.enabled, f"set {memledger.ENV}=0 or 1, or unset it (1)"),
+                       (build.pch_enabled, "set KBENCH_PCH=0 (no precompiled headers) or 1, or unset it (1)"),
+                       (build.slim_headers_enabled, "set KBENCH_SLIM_HEADERS=0 or 1, or unset it (1)"),
+                       (sandbox.pinned_layers, "name the layers to try first from netns, landlock, caps, seccomp "
+                                               "(e.g. KBENCH_SANDBOX_LAYERS=netns,caps), or unset it")):
+        try:
+            check()
+        except ValueError as e:
+            raise ConfigError(str(e), fix=fix) from None
 
     try:
         ProblemContext.reference_budget_bytes(torch.device("cpu"))  # reads and checks the variable

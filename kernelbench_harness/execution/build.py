@@ -184,8 +184,25 @@ def pch_request_ok(request: Any) -> bool:
 
 
 def pch_enabled() -> bool:
-    """False when ``$KBENCH_PCH`` is ``0`` (no precompiled headers offered or built)."""
-    return os.environ.get("KBENCH_PCH", "1") != "0"
+    """False when ``$KBENCH_PCH`` is ``0`` (no precompiled headers offered or built).
+
+    Raises:
+        ValueError: a value other than an on/off switch (:func:`..envflags.env_switch`).
+    """
+    from ..envflags import env_switch
+
+    return env_switch("KBENCH_PCH")
+
+
+def slim_headers_enabled() -> bool:
+    """False when ``$KBENCH_SLIM_HEADERS`` is ``0`` (the binding file includes all of torch's headers).
+
+    Raises:
+        ValueError: a value other than an on/off switch (:func:`..envflags.env_switch`).
+    """
+    from ..envflags import env_switch
+
+    return env_switch("KBENCH_SLIM_HEADERS")
 
 
 def binding_command(bound: dict[str, Any]) -> tuple[list[str], list[str]] | None:
@@ -465,7 +482,7 @@ def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRe
             bound["build_directory"] = str(out_dir)
             bound["verbose"] = False
             t0 = time.perf_counter()
-            slim = os.environ.get("KBENCH_SLIM_HEADERS", "1") != "0" and kind == "load_inline"
+            slim = slim_headers_enabled() and kind == "load_inline"
             mod = None
             if slim:
                 # First try without <torch/all.h> (the C++ frontend: nn, optim, data...), which

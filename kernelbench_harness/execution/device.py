@@ -849,15 +849,11 @@ class DeviceEvaluator:
 
     def _choose_layers(self) -> None:
         """Keep the strongest sandbox layer set under which a candidate process can still use the device."""
-        from .sandbox import LAYER_SETS
+        from .sandbox import LAYER_SETS, pinned_layers
 
         sets = list(LAYER_SETS)
-        pinned = os.environ.get("KBENCH_SANDBOX_LAYERS")  # e.g. "netns" or "netns,landlock": try that set first
-        if pinned:
-            want = {x.strip() for x in pinned.split(",") if x.strip()}
-            pick = {"new_netns": "netns" in want, "landlock": "landlock" in want,
-                    "landlock_tcp": "landlock" in want, "landlock_scope": "landlock" in want,
-                    "drop_caps": "caps" in want, "seccomp_unix": "seccomp" in want}
+        pick = pinned_layers()  # KBENCH_SANDBOX_LAYERS, e.g. "netns" or "netns,landlock": try that set first
+        if pick is not None:
             sets = [pick] + [x for x in sets if x != pick]
         for layers in sets:
             jobdir = Path(tempfile.mkdtemp(prefix="probe_", dir=self.scratch))

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 __all__ = ["SandboxConfig", "clean_environment", "apply_sandbox", "looks_secret", "landlock_abi", "LAYER_SETS",
-           "site_write_dirs",
+           "site_write_dirs", "pinned_layers", "LAYER_NAMES",
            "make_undumpable"]
 
 log = logging.getLogger(__name__)
@@ -327,3 +327,26 @@ _BASE_SETS: tuple[dict[str, bool], ...] = (
 )
 LAYER_SETS: tuple[dict[str, bool], ...] = tuple(
     {**b, "seccomp_unix": sec} for b in _BASE_SETS for sec in (True, False))
+
+#: the names ``KBENCH_SANDBOX_LAYERS`` takes, each for the layers it switches on
+LAYER_NAMES = {"netns": ("new_netns",), "landlock": ("landlock", "landlock_tcp", "landlock_scope"),
+               "caps": ("drop_caps",), "seccomp": ("seccomp_unix",)}
+
+
+def pinned_layers(raw: str | None = None) -> dict[str, bool] | None:
+    """The layer set ``KBENCH_SANDBOX_LAYERS`` (or ``raw``) asks to try first, e.g. ``netns,caps``; None
+    when unset or empty.
+
+    Raises:
+        ValueError: a name other than those of :data:`LAYER_NAMES` (a typo would otherwise switch that
+            layer off without a word).
+    """
+    raw = os.environ.get("KBENCH_SANDBOX_LAYERS", "") if raw is None else raw
+    want = [x.strip().lower() for x in raw.split(",") if x.strip()]
+    if not want:
+        return None
+    bad = [x for x in want if x not in LAYER_NAMES]
+    if bad:
+        raise ValueError(f"KBENCH_SANDBOX_LAYERS={raw!r}: unknown layer(s) {', '.join(bad)}; "
+                         f"expected a comma-separated subset of {', '.join(LAYER_NAMES)}")
+    return {flag: name in want for name, flags in LAYER_NAMES.items() for flag in flags}

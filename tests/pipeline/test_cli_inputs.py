@@ -124,6 +124,29 @@ def test_a_bad_devshare_switch_is_refused_before_anything_is_stored(tmp_path, mo
         assert devshare.enabled() is False
 
 
+@pytest.mark.parametrize("name,value,fix", [
+    ("KBENCH_SANDBOX_LAYERS", "netns,landlok", "netns, landlock, caps, seccomp"),  # a typo: landlock off
+    ("KBENCH_SANDBOX_LAYERS", "bogus", "netns, landlock, caps, seccomp"),  # would try every layer off first
+    ("KBENCH_PCH", "nah", "KBENCH_PCH=0"),
+    ("KBENCH_SLIM_HEADERS", "2", "KBENCH_SLIM_HEADERS=0"),
+    ("KBENCH_MEMORY_LEDGER", "maybe", "KBENCH_MEMORY_LEDGER=0"),
+])
+def test_bad_switches_are_refused_before_anything_is_stored(tmp_path, monkeypatch, name, value, fix):
+    monkeypatch.setenv(name, value)
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1")
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
+    assert f"{name}={value!r}" in str(res.exception) and fix in res.exception.fix
+    assert not (tmp_path / "k.db").exists()
+
+
+def test_a_pinned_sandbox_layer_set_switches_on_what_it_names():
+    from kernelbench_harness.execution.sandbox import pinned_layers
+
+    assert pinned_layers("") is None
+    assert pinned_layers("netns, Caps") == {"new_netns": True, "landlock": False, "landlock_tcp": False,
+                                             "landlock_scope": False, "drop_caps": True, "seccomp_unix": False}
+
+
 def test_protocol_options_are_checked_before_anything_is_stored(tmp_path):
     res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "-P", "no_such_setting=1")
     assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
