@@ -386,6 +386,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                                       ray_address=cfg.ray_address, concurrency=cfg.concurrency,
                                       warm_workers=cfg.warm_workers, timeout_s=cfg.timeout_s,
                                       build_cache=cfg.build_cache or saved.build_cache)
+        generated_name = not cfg.run_name
         run_name = cfg.run_name or default_run_name(cfg.model, cfg.protocol)
         protocol = cfg.resolved_protocol()
         seed = cfg.seed if cfg.seed is not None else (int(stored.config.get("run_seed")) if stored else secrets.randbits(31))
@@ -460,6 +461,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                              hardware=fp, problems=problems)
         else:
             store.set_run_status(run_name, "running")
+        if generated_name:  # say it while the run can still be cut
+            prog.note(f"run {run_name}; if it stops, continue it with: {resume_command(run_name, cfg.db)}")
         baselines = _Baselines(store, fp, protocol)
         modes = baseline_modes(protocol)
         arch = target_arch_list(fp.get("compute_capability"))
@@ -690,6 +693,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     except BaseException:
         try:
             if store.get_run(run_name) is not None:
+                INTERRUPTED.append((run_name, cfg.db))  # for the CLI's "continue it with" line
                 hw = None
                 if warm_info:  # the compiles that finished before the cut, which a resumed run does not redo
                     hw = {**(store.get_run(run_name).hardware or {}),  # type: ignore[union-attr]
@@ -707,6 +711,18 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 await executor.close()
             finally:
                 store.close()
+
+
+#: ``(run_name, db)`` of runs this process left ``interrupted`` (Ctrl-C, a budget's SIGINT): the CLI says
+#: how to continue them
+INTERRUPTED: list[tuple[str, str | None]] = []
+
+
+def resume_command(run_name: str, db: str | None) -> str:
+    """The command that continues ``run_name`` (in the store ``db``; None: the default store)."""
+    import shlex
+
+    return f"kbench run --run-name {shlex.quote(run_name)} --resume" + (f" --db {shlex.quote(db)}" if db else "")
 
 
 def _warm_record(stored: Any, warm_info: dict[str, Any], warm_t0: list[float]) -> dict[str, Any]:

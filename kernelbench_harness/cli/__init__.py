@@ -49,6 +49,10 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
+        runner = sys.modules.get("kernelbench_harness.runner")
+        for name, db in (getattr(runner, "INTERRUPTED", None) or [])[-1:]:
+            click.echo(f"run {name} is stored as interrupted; continue it with: {runner.resume_command(name, db)}",
+                       err=True)
         sys.exit(130)
     except click.ClickException as e:
         e.show()

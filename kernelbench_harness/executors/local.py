@@ -182,10 +182,24 @@ def _die_with_parent() -> None:
         pass
 
 
-def _slot_main(conn: Any, device: str, options: dict[str, Any], timing_lock: Any = None,
-               window_queue: tuple[Any, int] | None = None, quiet: tuple[int, Any] | None = None,
-               ledger: tuple[Any, Any, Any, int] | None = None) -> None:
-    """Device-worker process: owns one device, serves jobs until told to stop."""
+#: a device worker's exit code after Ctrl-C reached it (its candidate's process ended first)
+INTERRUPTED_EXIT = 130
+
+
+def _slot_main(*args: Any, **kwargs: Any) -> None:
+    """Device-worker process: owns one device, serves jobs until told to stop (:func:`_slot_serve`).
+    Ctrl-C in the terminal reaches it too: the job's own handlers end its candidate's process, then it
+    exits with :data:`INTERRUPTED_EXIT` without a traceback (the runner is stopping)."""
+    try:
+        _slot_serve(*args, **kwargs)
+    except KeyboardInterrupt:
+        os._exit(INTERRUPTED_EXIT)
+
+
+def _slot_serve(conn: Any, device: str, options: dict[str, Any], timing_lock: Any = None,
+                window_queue: tuple[Any, int] | None = None, quiet: tuple[int, Any] | None = None,
+                ledger: tuple[Any, Any, Any, int] | None = None) -> None:
+    """The body of :func:`_slot_main`."""
     _die_with_parent()
     import faulthandler
 
@@ -318,17 +332,15 @@ class _Slot:
             except (EOFError, OSError, BrokenPipeError) as e:
                 self.proc.join(timeout=5)  # reaped, so the exit code (a negative signal number) is known
                 code = self.proc.exitcode
+                if code == INTERRUPTED_EXIT:  # Ctrl-C: the run is stopping; nothing to restart
+                    self._forget_claims()
+                    return ("died", "device worker interrupted (Ctrl-C)")
                 log.error("device worker %s died (exit code %s); restarting", self.device, code)
                 try:
                     self.proc.kill()
                 except Exception:
                     pass
-                if self.window_queue is not None:  # it may have died waiting for or holding a window
-                    self.window_queue[0][self.window_queue[1]] = 0
-                if self.ledger is not None:  # or holding or waiting for a share of the device's memory
-                    from ..execution.memledger import clear_slot
-
-                    clear_slot(self.ledger[0], self.ledger[1], self.ledger[3])
+                self._forget_claims()
                 if self.slot_pids is not None:
                     # it may have died with the run's builds and warm-ups paused for a window
                     from ..execution.quiet import continue_all
@@ -336,6 +348,16 @@ class _Slot:
                     continue_all(os.getpid(), _slot_pids(self.slot_pids))
                 self._start()
                 return ("died", f"device worker died (exit code {code}): {e}")
+
+    def _forget_claims(self) -> None:
+        """Clear what a dead worker held in the run's shared state: its window flag (it may have died
+        waiting for or holding a window) and its memory claim or wait."""
+        if self.window_queue is not None:
+            self.window_queue[0][self.window_queue[1]] = 0
+        if self.ledger is not None:
+            from ..execution.memledger import clear_slot
+
+            clear_slot(self.ledger[0], self.ledger[1], self.ledger[3])
 
     def stop(self) -> None:
         with self.lock:

@@ -118,3 +118,31 @@ def test_resume_evaluates_again_what_failed_for_a_reason_not_the_candidates(tmp_
         assert c.execute("select count(*) from attempts").fetchone()[0] == 2
         assert c.execute("select count(*) from timings t left join results r on t.result_pk = r.id "
                          "where r.id is null").fetchone()[0] == 0
+
+
+def test_ctrl_c_says_how_to_continue_without_tracebacks(workdir):
+    """Ctrl-C (SIGINT to the terminal's process group) stops a run: it is stored as interrupted, the last
+    lines say how to continue it, and no worker prints a traceback or is restarted."""
+    db = workdir / "results" / "ctrlc.db"
+    args = [a for a in ARGS if a not in ("--display", "plain")]
+    p = subprocess.Popen([sys.executable, "-m", "kernelbench_harness", *args, "--display", "plain", "--db", str(db)],
+                         cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    deadline = time.monotonic() + 300
+    while p.poll() is None and time.monotonic() < deadline:
+        try:
+            with sqlite3.connect(db) as c:
+                if c.execute("select count(*) from results").fetchone()[0] >= 1:
+                    break
+        except sqlite3.Error:
+            pass
+        time.sleep(0.1)
+    os.killpg(p.pid, signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 130, out[-3000:]
+    with sqlite3.connect(db) as c:
+        [(name, status)] = c.execute("select run_name, status from runs").fetchall()
+    assert status == "interrupted"
+    assert f"run {name}; if it stops, continue it with: kbench run --run-name {name} --resume --db" in out
+    assert f"continue it with: kbench run --run-name {name} --resume --db {db}" in out.splitlines()[-1]
+    assert "Traceback" not in out and "restarting" not in out, out[-3000:]
