@@ -173,9 +173,20 @@ def baseline_modes(protocol: Protocol) -> list[str]:
 def extension_cache_dir(cfg: "RunConfig") -> Path:
     """The content-addressed extension cache shared by the build pool (writer, through the trusted side)
     and every device slot (reader): ``cfg.build_cache``, ``$KBENCH_BUILD_CACHE``, or
-    ``results/build_cache``; created if missing."""
+    ``results/build_cache``; created if missing.
+
+    Raises:
+        ConfigError: the folder cannot be created or written.
+    """
     d = Path(cfg.build_cache or os.environ.get("KBENCH_BUILD_CACHE") or "results/build_cache").resolve()
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise PermissionError(f"no write access to {d}")
+    except OSError as e:
+        raise ConfigError(f"the build cache folder {str(d)!r} cannot be used: {e.strerror or e}",
+                          fix="set KBENCH_BUILD_CACHE to a folder you can write "
+                              "(default: results/build_cache under the current folder)") from None
     return d
 
 

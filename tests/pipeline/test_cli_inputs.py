@@ -269,3 +269,12 @@ def test_local_executor_options_with_ray_are_refused_before_anything_is_stored(t
         assert res.exit_code == 2, res.output
         assert "local executor" in res.output and "--executor local" in res.output
         assert not (tmp_path / "k.db").exists()  # nothing stored
+
+
+def test_an_unusable_build_cache_folder_is_a_clear_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("KBENCH_BUILD_CACHE", str(blocker / "cache"))  # under a file: cannot be made
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1")
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
+    assert "build cache folder" in str(res.exception) and "KBENCH_BUILD_CACHE" in res.exception.fix
