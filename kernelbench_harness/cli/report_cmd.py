@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -297,7 +298,7 @@ def baselines_group() -> None:
     required=True,
     help="The problem set the timings belong to (a KernelBench folder, .jsonl, hf:...).",
 )
-@click.option("--precision", default="fp32", show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True)
 @click.option("--db", default=None, help=_DB_HELP)
 def baselines_import_cmd(folder: str, problems_src: str, precision: str, db: str | None) -> None:
     """Import KernelBench baseline JSON files from FOLDER (stored as imported, not measured here)."""
@@ -317,8 +318,9 @@ def baselines_import_cmd(folder: str, problems_src: str, precision: str, db: str
 
 @baselines_group.command("export")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
-@click.option("--hardware-fingerprint", required=True, help="Which hardware's baselines to export.")
-@click.option("--precision", default="fp32", show_default=True)
+@click.option("--hardware-fingerprint", required=True,
+              help="Which hardware's baselines to export (`kbench baselines list` shows them).")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True)
 @click.option("--db", default=None, help=_DB_HELP)
 def baselines_export_cmd(out_dir: str, hardware_fingerprint: str, precision: str, db: str | None) -> None:
     """Write stored baselines as KernelBench JSON files (baseline_time_torch*.json)."""
@@ -328,10 +330,43 @@ def baselines_export_cmd(out_dir: str, hardware_fingerprint: str, precision: str
         files = export_kernelbench_baselines(
             store, out_dir, hardware_fingerprint=hardware_fingerprint, precision=precision
         )
+        have = _baseline_groups(store) if not files else []
     for f in files:
         click.echo(str(f))
     if not files:
-        click.echo("no baselines stored for that hardware fingerprint and precision")
+        stored = "; ".join(f"{g['hardware_fingerprint']} {g['precision']} ({g['gpu']}, {g['count']})" for g in have)
+        raise ConfigError(f"no baselines stored for hardware fingerprint {hardware_fingerprint!r} at {precision}",
+                          fix=(f"stored: {stored}" if stored else "the store holds no baselines; measure them with "
+                               "`kbench baseline` or import KernelBench's with `kbench baselines import`")
+                              + " (`kbench baselines list` shows them)")
+
+
+def _baseline_groups(store: Any) -> list[dict[str, Any]]:
+    """The store's baselines grouped by hardware fingerprint, precision and origin: the GPU (or CPU) name,
+    how many, measured here or imported."""
+    groups: dict[tuple[str, str, bool], dict[str, Any]] = {}
+    for b in store.baselines():
+        key = (b.hardware_fingerprint, b.precision, b.measured_here)
+        g = groups.setdefault(key, {"hardware_fingerprint": b.hardware_fingerprint, "precision": b.precision,
+                                    "measured_here": b.measured_here, "count": 0,
+                                    "gpu": str((b.hardware or {}).get("device_name") or (b.hardware or {}).get("gpu_name")
+                                               or (b.hardware or {}).get("name") or "?")})
+        g["count"] += 1
+    return sorted(groups.values(), key=lambda g: (g["hardware_fingerprint"], g["precision"]))
+
+
+@baselines_group.command("list")
+@click.option("--db", default=None, help=_DB_HELP)
+def baselines_list_cmd(db: str | None) -> None:
+    """The stored baselines by hardware fingerprint and precision (what `baselines export` takes)."""
+    with _store(db) as store:
+        groups = _baseline_groups(store)
+    if not groups:
+        click.echo("no baselines stored")
+        return
+    for g in groups:
+        click.echo(f"{g['hardware_fingerprint']}  {g['precision']}  {g['count']:>5}  "
+                   f"{'measured' if g['measured_here'] else 'imported'}  {g['gpu']}")
 
 
 def register(group: click.Group) -> None:

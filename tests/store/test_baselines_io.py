@@ -111,6 +111,21 @@ def test_import_export_small(tmp_path: Path) -> None:
         }
     with pytest.raises(ConfigError):
         import_kernelbench_baselines(None, tmp_path / "nothing-here", probs)
+    # the CLI: `baselines list` shows the fingerprint `baselines export` takes; a wrong one is an error that
+    # names the stored ones
+    from click.testing import CliRunner
+
+    from kernelbench_harness.cli import cli
+
+    db = f"sqlite:///{tmp_path / 'b.db'}"
+    listed = CliRunner().invoke(cli, ["baselines", "list", "--db", db])
+    assert listed.exit_code == 0 and "imported:NVIDIA L40S  fp32      3  imported  NVIDIA L40S" in listed.output
+    bad = CliRunner().invoke(cli, ["baselines", "export", "--out", str(tmp_path / "o2"), "--db", db,
+                                   "--hardware-fingerprint", "cpu (Intel Xeon)"], standalone_mode=False)
+    assert isinstance(bad.exception, ConfigError) and "imported:NVIDIA L40S fp32 (NVIDIA L40S, 3)" in bad.exception.fix
+    fp64 = CliRunner().invoke(cli, ["baselines", "export", "--out", str(tmp_path / "o3"), "--db", db,
+                                    "--hardware-fingerprint", "imported:NVIDIA L40S", "--precision", "fp64"])
+    assert fp64.exit_code == 2 and "fp64" in fp64.output
 
 
 @pytest.mark.skipif(not TIMING.is_dir(), reason="shared/kernelbench/timing not available")
