@@ -150,6 +150,9 @@ class RunSummary:
     status: str = "finished"
     build_stats: dict[str, Any] = field(default_factory=dict)
     warm: dict[str, Any] = field(default_factory=dict)
+    #: the run's problems the model gave no sample for (a replay file without a line for them, or with a
+    #: line that was skipped): they count as not solved
+    unanswered: tuple[str, ...] = ()
 
 
 def default_run_name(model: str, protocol: str) -> str:
@@ -457,6 +460,12 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         if adapter is None and "device" not in cfg.model_options and cfg.model == "bundled":
             ad = get_adapter(cfg.model, options={**cfg.model_options, "device": devtype})
         specs = ad.plan(problems, cfg.samples)
+        answered = {(sp.problem.level, sp.problem.problem_id) for sp in specs}
+        unanswered = tuple(p.key for p in problems if (p.level, p.problem_id) not in answered)
+        if unanswered and specs:
+            prog.note(f"{len(unanswered)} of the {len(problems)} selected problem(s) have no sample from "
+                      f"{cfg.model} and count as not solved: {', '.join(unanswered[:10])}"
+                      + (" ..." if len(unanswered) > 10 else ""))
         if not specs:
             raise ConfigError(
                 f"model {cfg.model!r} has no sample for any of the {len(problems)} selected problem(s); "
@@ -700,7 +709,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         return RunSummary(run_name=run_name, db_url=store.safe_url, outcomes=outcomes, evaluated=n_eval,
                           skipped_done=skipped, wall_s=time.perf_counter() - t_run, phase_s=phase_s,
                           problem_issues=tuple(f"{i.path}: {i.reason}" for i in ps.issues), status=status,
-                          build_stats=dict(pool.stats) if pool else {}, warm=warm_info)
+                          build_stats=dict(pool.stats) if pool else {}, warm=warm_info, unanswered=unanswered)
     except BaseException:
         try:
             if store.get_run(run_name) is not None:

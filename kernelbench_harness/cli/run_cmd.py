@@ -166,6 +166,9 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
     console.print("* geometric mean over correct candidates (KernelBench's definition)")
     outs = ", ".join(f"{k}: {v}" for k, v in sorted(s.outcomes.items()))
     console.print(f"outcomes this session: {outs or 'none'}; {s.skipped_done} sample(s) were already done")
+    if s.unanswered:
+        console.print(f"[yellow]{len(s.unanswered)} problem(s) have no sample from the model and count as not "
+                      f"solved: {', '.join(s.unanswered[:10])}{' ...' if len(s.unanswered) > 10 else ''}[/]")
     console.print(f"wall time {s.wall_s:.1f} s; store {s.db_url}")
     if s.build_stats:
         b = s.build_stats

@@ -278,3 +278,21 @@ def test_an_unusable_build_cache_folder_is_a_clear_error(tmp_path, monkeypatch):
     res, _ = _run(tmp_path, "--level", "1", "--ids", "1")
     assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
     assert "build cache folder" in str(res.exception) and "KBENCH_BUILD_CACHE" in res.exception.fix
+
+
+def test_problems_without_a_sample_are_named_in_the_summary(tmp_path):
+    """A replay line that is skipped (bad JSON) leaves its problem without a sample: it counts as not solved,
+    and the run says so instead of only lowering the score."""
+    from pathlib import Path
+
+    from .conftest import SHORT_TIMING_ARGS
+
+    root = Path(__file__).resolve().parents[2]
+    code = (root / "problems" / "solutions" / "level1" / "1_Scaled_Swish.triton.py").read_text()
+    gens = tmp_path / "g.jsonl"
+    gens.write_text(json.dumps({"level": 1, "problem_id": 1, "model": "m", "code": code}) + "\n"
+                    + '{"level": 1, "problem_id": 2, "code": "broken\n')
+    res, _ = _run(tmp_path, "--model", f"replay:{gens}", "--level", "1", "--ids", "1-2", "--gpus", "cpu",
+                  *SHORT_TIMING_ARGS)
+    assert res.exit_code == 0, res.output
+    assert "1 problem(s) have no sample from the model and count as not solved: L1/2" in res.output
