@@ -389,9 +389,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             saved = RunConfig.from_dict(stored.config.get("run_config", {}))
             ignored = resume_differences(cfg, saved, explicit)
             if ignored:
-                msg = f"--resume continues run {cfg.run_name!r} with its stored settings; ignored: {'; '.join(ignored)}"
-                log.warning("%s", msg)
-                prog.note(msg)
+                prog.note(f"--resume continues run {cfg.run_name!r} with its stored settings; ignored: "
+                          f"{'; '.join(ignored)}")
             # the stored settings win; device, db and process settings may change between sessions
             cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, slots_per_gpu=cfg.slots_per_gpu,
                                       timing_cpus=cfg.timing_cpus, quiet_host=cfg.quiet_host,

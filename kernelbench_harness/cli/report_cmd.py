@@ -129,9 +129,12 @@ def show_cmd(
         if not keys:
             from ..errors import StoreError
 
+            recorded = sorted({(int(lv), int(p)) for lv, p in zip(frame["level"], frame["problem_id"])})
+            listed = ", ".join(f"L{lv}/{p}" for lv, p in recorded[:20]) + (" ..." if len(recorded) > 20 else "")
             raise StoreError(f"no recorded sample for L{level}/{pid} in run {run_name!r}"
                              + (f" (model {model!r})" if model else "") + (f" (sample {sample_id})" if sample_id is not None else ""),
-                             fix=f"`kbench report {run_name}` lists the run's problems, models and samples")
+                             fix=(f"the run has samples for {listed}" if recorded else "the run has no samples yet")
+                                 + f"; `kbench show {run_name} L<level>/<id>` shows one")
         limit = None if full else 1500
 
         def trim(text: str) -> str:

@@ -292,7 +292,12 @@ def test_problems_without_a_sample_are_named_in_the_summary(tmp_path):
     gens = tmp_path / "g.jsonl"
     gens.write_text(json.dumps({"level": 1, "problem_id": 1, "model": "m", "code": code}) + "\n"
                     + '{"level": 1, "problem_id": 2, "code": "broken\n')
-    res, _ = _run(tmp_path, "--model", f"replay:{gens}", "--level", "1", "--ids", "1-2", "--gpus", "cpu",
-                  *SHORT_TIMING_ARGS)
+    res, db = _run(tmp_path, "--model", f"replay:{gens}", "--level", "1", "--ids", "1-2", "--gpus", "cpu",
+                   "--run-name", "r", *SHORT_TIMING_ARGS)
     assert res.exit_code == 0, res.output
     assert "1 problem(s) have no sample from the model and count as not solved: L1/2" in res.output
+    # `kbench show` of the problem without a sample names the ones that have samples
+    from kernelbench_harness.errors import StoreError
+
+    shown = CliRunner().invoke(cli, ["show", "r", "L1/2", "--db", db], standalone_mode=False)
+    assert isinstance(shown.exception, StoreError) and "the run has samples for L1/1" in shown.exception.fix
