@@ -262,16 +262,19 @@ def runs_list_cmd(db: str | None) -> None:
 @click.option(
     "--resamples", default=2000, show_default=True, help="Bootstrap resamples for the 95% intervals."
 )
+@click.option("--replace", is_flag=True,
+              help="Write over a leaderboard in --out that shows runs these stores do not hold.")
 def leaderboard_cmd(
-    out_dir: str, dbs: tuple[str, ...], runs: tuple[str, ...], flags_path: str | None, resamples: int
+    out_dir: str, dbs: tuple[str, ...], runs: tuple[str, ...], flags_path: str | None, resamples: int,
+    replace: bool,
 ) -> None:
     """Build the static leaderboard site: data/*.json first, then pages (each run's report under runs/)."""
     from ..reporting import write_leaderboard
 
     stores = [_store(db) for db in (dbs or (None,))]
     try:
+        known = {r.run_name for st in stores for r in st.list_runs()}
         if runs:
-            known = {r.run_name for st in stores for r in st.list_runs()}
             missing = [r for r in runs if r not in known]
             if missing:
                 from ..errors import StoreError
@@ -279,6 +282,12 @@ def leaderboard_cmd(
                 raise StoreError(f"no run named {', '.join(map(repr, missing))} in "
                                  + ("these stores" if len(stores) > 1 else "this store"),
                                  fix="see `kbench runs list` (with the same --db)")
+        lost = sorted(_leaderboard_runs(Path(out_dir)) - known)
+        if lost and not replace:
+            raise ConfigError(f"{out_dir} holds a leaderboard with run(s) these stores do not hold "
+                              f"({', '.join(lost[:5])}{' ...' if len(lost) > 5 else ''}); writing it would drop them",
+                              fix="pass the store(s) it was built from with --db, choose another --out, or pass "
+                                  "--replace")
         index = write_leaderboard(
             stores, out_dir, runs=list(runs) or None, n_resamples=resamples, flags=_read_flags(flags_path)
         )
@@ -286,6 +295,17 @@ def leaderboard_cmd(
         for s in stores:
             s.close()
     click.echo(f"leaderboard written to {index}")
+
+
+def _leaderboard_runs(out_dir: Path) -> set[str]:
+    """The run names a leaderboard already written in ``out_dir`` shows (none when there is none)."""
+    import json
+
+    try:
+        data = json.loads((out_dir / "data" / "leaderboard.json").read_text(encoding="utf-8"))
+        return {str(r["run_name"]) for r in data.get("rows", []) if isinstance(r, dict) and r.get("run_name")}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return set()
 
 
 @click.group("baselines")

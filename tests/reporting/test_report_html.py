@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from kernelbench_harness.cli import cli
+from kernelbench_harness.errors import ConfigError
 from kernelbench_harness.metrics import level_weighted
 from kernelbench_harness.reporting import export_run, load_reported
 
@@ -230,6 +231,17 @@ def test_cli_commands(synth_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert res.exit_code == 0, res.output
     assert (tmp_path / "site" / "runs" / "synth-b" / "index.html").exists()
     assert not (tmp_path / "site" / "runs" / "synth-a").exists()
+    # a leaderboard built from another store is not written over without --replace
+    lb = json.loads((tmp_path / "site" / "data" / "leaderboard.json").read_text())
+    for row in lb["rows"]:
+        row["run_name"] = "published-run"
+    (tmp_path / "site" / "data" / "leaderboard.json").write_text(json.dumps(lb))
+    res = r.invoke(cli, ["leaderboard", "--db", synth_db, "--out", "site", "--resamples", "50"],
+                   standalone_mode=False)
+    assert isinstance(res.exception, ConfigError) and "published-run" in str(res.exception)
+    assert "--replace" in res.exception.fix
+    res = r.invoke(cli, ["leaderboard", "--db", synth_db, "--out", "site", "--resamples", "50", "--replace"])
+    assert res.exit_code == 0, res.output
     flags = tmp_path / "flags.json"
     flags.write_text(json.dumps({"L1/1": ["degenerate"]}))
     res = r.invoke(cli, ["report", "synth-b", "--db", synth_db, "--out", "rb", "--flags", str(flags)])
