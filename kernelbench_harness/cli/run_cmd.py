@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from typing import Any
@@ -265,6 +266,7 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
               help="Progress display; plain writes log lines (CI, pipes).")
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Render the HTML report under reports/<run_name>/ at the end.")
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug), as `kbench -v run`.")
 def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None, samples: int, turns: int,
             backend: str, model_args: tuple[str, ...], adapter_options: tuple[str, ...], protocol: str,
             precision: str, protocol_options: tuple[str, ...], compile_modes: str | None, db: str | None,
@@ -272,7 +274,7 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
             timing_cpus: int | None, run_name: str | None,
             resume: bool, timeout_s: float, build_timeout_s: float, build_workers: int | None, warm_workers: int | None, seed: int | None,
             executor: str, ray_address: str | None, start_method: str, no_sandbox: bool, display: str,
-            report: bool) -> None:
+            report: bool, verbose: int = 0) -> None:
     """Generate (or replay) kernels, evaluate them against PyTorch eager and torch.compile, store everything.
 
     \b
@@ -282,6 +284,8 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
       kbench run -m cuda-agent --problems ../KernelBench/KernelBench --level 1-3 --turns 4
       kbench run --run-name my-run --resume             # continue after an interruption
     """
+    if verbose:  # the group's -v, given after the subcommand
+        logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO if verbose == 1 else logging.DEBUG))
     overrides: dict[str, Any] = parse_kv(protocol_options, "-P value", "placements=4")
     if compile_modes:
         modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())

@@ -301,3 +301,17 @@ def test_problems_without_a_sample_are_named_in_the_summary(tmp_path):
 
     shown = CliRunner().invoke(cli, ["show", "r", "L1/2", "--db", db], standalone_mode=False)
     assert isinstance(shown.exception, StoreError) and "the run has samples for L1/1" in shown.exception.fix
+
+
+def test_verbose_after_the_subcommand_works_as_before_it(tmp_path):
+    import logging
+
+    root = logging.getLogger()
+    saved = root.level
+    try:
+        root.setLevel(logging.WARNING)
+        res, _ = _run(tmp_path, "-v", "--level", "9")  # fails on the level, after -v was taken
+        assert "No such option" not in res.output and isinstance(res.exception, ConfigError)
+        assert root.level == logging.INFO
+    finally:
+        root.setLevel(saved)
