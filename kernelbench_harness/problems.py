@@ -226,7 +226,8 @@ def _load_hf(spec: str, levels: Iterable[int] | None) -> tuple[list[Problem], li
         import datasets  # type: ignore[import-not-found]
     except ImportError:
         raise ConfigError("loading from the Hugging Face hub needs the `datasets` package",
-                          fix="pip install datasets, or download the parquet files and pass their folder") from None
+                          fix="pip install -e '.[hf]' (the datasets package), or download the parquet files and pass "
+                              "their folder") from None
     probs, issues = [], []
     for level in sorted(set(levels) if levels else {1, 2, 3, 4}):
         try:
