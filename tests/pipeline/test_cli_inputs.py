@@ -315,3 +315,12 @@ def test_verbose_after_the_subcommand_works_as_before_it(tmp_path):
         assert root.level == logging.INFO
     finally:
         root.setLevel(saved)
+
+
+def test_problem_ids_start_at_one():
+    from kernelbench_harness.problems import parse_id_ranges
+
+    for spec in ("0", "0-3", "2,0"):
+        with pytest.raises(ConfigError, match="problem ids start at 1"):
+            parse_id_ranges(spec)
+    assert parse_id_ranges("1-3") == {1, 2, 3}
