@@ -430,6 +430,9 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             from .executors.local import resolve_devices
 
             resolve_devices(cfg.gpus)  # no such GPU: an error before the store exists
+        # one folder of prebuilt extensions, written by the build pool and read by every device slot (an
+        # unusable one is an error before the store exists)
+        build_cache = extension_cache_dir(cfg)
         if store is None:
             store, stored = open_store(cfg)
     except BaseException:
@@ -437,8 +440,6 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             store.close()
         raise
 
-    # one folder of prebuilt extensions, written by the build pool and read by every device slot
-    build_cache = extension_cache_dir(cfg)
     t_exec0 = time.perf_counter()
     startup_s = {"process_to_executor": _process_age_s()}
     try:
@@ -772,9 +773,14 @@ async def measure_baselines_for(problems: list[Problem], *, protocol: Protocol, 
 
     prog: Progress = progress or _NullProgress()
     _check_environment()  # before the store file is made
+    cache = extension_cache_dir(RunConfig(gpus=gpus))
     store = Store(db)
-    # nothing else runs beside `kbench baseline`, and torch.compile runs inside the slots: no pinning
-    executor = _make_executor(RunConfig(gpus=gpus, timing_cpus=0), extension_cache_dir(RunConfig(gpus=gpus)))
+    try:
+        # nothing else runs beside `kbench baseline`, and torch.compile runs inside the slots: no pinning
+        executor = _make_executor(RunConfig(gpus=gpus, timing_cpus=0), cache)
+    except BaseException:
+        store.close()
+        raise
     rows: list[dict[str, Any]] = []
     try:
         fp = executor.fingerprint()

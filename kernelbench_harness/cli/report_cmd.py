@@ -263,7 +263,8 @@ def runs_list_cmd(db: str | None) -> None:
     "--resamples", default=2000, show_default=True, help="Bootstrap resamples for the 95% intervals."
 )
 @click.option("--replace", is_flag=True,
-              help="Write over a leaderboard in --out that shows runs these stores do not hold.")
+              help="Write over a leaderboard in --out that shows runs this one would not (other stores', or "
+                   "runs left out by --run).")
 def leaderboard_cmd(
     out_dir: str, dbs: tuple[str, ...], runs: tuple[str, ...], flags_path: str | None, resamples: int,
     replace: bool,
@@ -282,9 +283,9 @@ def leaderboard_cmd(
                 raise StoreError(f"no run named {', '.join(map(repr, missing))} in "
                                  + ("these stores" if len(stores) > 1 else "this store"),
                                  fix="see `kbench runs list` (with the same --db)")
-        lost = sorted(_leaderboard_runs(Path(out_dir)) - known)
+        lost = sorted(_leaderboard_runs(Path(out_dir)) - (set(runs) if runs else known))
         if lost and not replace:
-            raise ConfigError(f"{out_dir} holds a leaderboard with run(s) these stores do not hold "
+            raise ConfigError(f"{out_dir} holds a leaderboard with run(s) this one would not show "
                               f"({', '.join(lost[:5])}{' ...' if len(lost) > 5 else ''}); writing it would drop them",
                               fix="pass the store(s) it was built from with --db, choose another --out, or pass "
                                   "--replace")

@@ -288,6 +288,7 @@ class _Slot:
         self.window_queue = window_queue
         self.slot_pids = slot_pids  # every slot's worker pid (shared), or None: no quiet host
         self.ledger = ledger  # (claims, pending, lock, index on the device) of the memory ledger, or None
+        self._restart_next = False  # the worker exited on SIGINT: start it again at the next call
         self.lock = threading.Lock()
         self.fingerprint: dict[str, Any] = {}
         self._launch()
@@ -324,17 +325,24 @@ class _Slot:
         self.fingerprint = fp
 
     def call(self, msg: tuple[Any, ...]) -> tuple[str, Any]:
-        """Send a request and wait for the answer; restart the worker if it died."""
+        """Send a request and wait for the answer; restart the worker if it died. A worker that exited on
+        SIGINT (:data:`INTERRUPTED_EXIT`: Ctrl-C, the run is most likely stopping) is restarted at the next
+        call instead, so shutting down starts nothing, and a run that goes on still has its slot."""
         with self.lock:
+            if self._restart_next:
+                self._restart_next = False
+                self._start()
             try:
                 self.conn.send(msg)
                 return self.conn.recv()
             except (EOFError, OSError, BrokenPipeError) as e:
                 self.proc.join(timeout=5)  # reaped, so the exit code (a negative signal number) is known
                 code = self.proc.exitcode
-                if code == INTERRUPTED_EXIT:  # Ctrl-C: the run is stopping; nothing to restart
+                if code == INTERRUPTED_EXIT:
                     self._forget_claims()
-                    return ("died", "device worker interrupted (Ctrl-C)")
+                    self._restart_next = True
+                    log.info("device worker %s interrupted (SIGINT); restarted if the run goes on", self.device)
+                    return ("died", "device worker interrupted (SIGINT)")
                 log.error("device worker %s died (exit code %s); restarting", self.device, code)
                 try:
                     self.proc.kill()

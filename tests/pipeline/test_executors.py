@@ -121,3 +121,30 @@ def test_the_gpu_count_is_asked_once_per_visible_devices_value(monkeypatch):
         assert local.resolve_devices(None) == ["cpu"] and len(asked) == 2  # none visible: nothing asked
     finally:
         local._gpu_count_for.cache_clear()  # the stand-in counts must not outlive the test
+
+
+def test_a_worker_stopped_by_sigint_is_started_again_at_its_next_call(tmp_path):
+    """Ctrl-C ends the device workers quietly (exit code 130) and none is restarted while the run stops; a
+    worker that got SIGINT on its own (a candidate without Landlock's signal scoping could send it) is
+    started again at its next call instead of failing every later job."""
+    import os
+    import signal
+    import time
+
+    from kernelbench_harness.executors.local import INTERRUPTED_EXIT, _Slot
+
+    slot = _Slot(0, "cpu", {"sandbox": False, "scratch_dir": str(tmp_path)}, None)
+    try:
+        slot.wait_ready()
+        first = slot.proc.pid
+        os.kill(first, signal.SIGINT)
+        slot.proc.join(30)
+        assert slot.proc.exitcode == INTERRUPTED_EXIT
+        tag, why = slot.call(("noop",))
+        assert tag == "died" and "SIGINT" in why
+        t0 = time.monotonic()
+        tag, why = slot.call(("noop",))  # started again first
+        assert tag == "error" and "unknown request" in why and slot.proc.pid != first
+        assert time.monotonic() - t0 < 120
+    finally:
+        slot.stop()

@@ -242,6 +242,10 @@ def test_cli_commands(synth_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert "--replace" in res.exception.fix
     res = r.invoke(cli, ["leaderboard", "--db", synth_db, "--out", "site", "--resamples", "50", "--replace"])
     assert res.exit_code == 0, res.output
+    # nor by one that leaves runs out with --run
+    res = r.invoke(cli, ["leaderboard", "--db", synth_db, "--out", "site", "--resamples", "50", "--run", "synth-b"],
+                   standalone_mode=False)
+    assert isinstance(res.exception, ConfigError) and "synth-a" in str(res.exception)
     flags = tmp_path / "flags.json"
     flags.write_text(json.dumps({"L1/1": ["degenerate"]}))
     res = r.invoke(cli, ["report", "synth-b", "--db", synth_db, "--out", "rb", "--flags", str(flags)])
