@@ -491,19 +491,18 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         pool = BuildPool(build_cache, workers=cfg.build_workers or min(16, max(1, ncpu - 1)),
                          arch_list=arch, timeout_s=cfg.build_timeout_s, start_method=cfg.start_method,
                          sandbox=cfg.sandbox)
-        # on resume, turns that failed for a reason not the candidate's (the provider's request, a harness
-        # error) are evaluated again, with the turns after them; the new verdict keeps the old one
-        retry = store.retryable_attempts(run_name) if stored is not None else {}
-        retried: dict[tuple[int, int, str, int, int], dict[str, Any]] = {}
-        if retry:
-            first_failed: dict[tuple[int, int, str, int], int] = {}
-            for (lv, pid, m, sid, t) in retry:
-                k = (lv, pid, m, sid)
-                first_failed[k] = min(t, first_failed.get(k, t))
-            for k, t in first_failed.items():
-                store.discard_attempts_from(run_name, *k, t)
-                retried[(*k, t)] = retry[(*k, t)]
-            prog.note(f"resuming {run_name}: {len(first_failed)} sample(s) with a generation or harness error "
+        # on resume, turns of this run's planned samples that failed for a reason not the candidate's (the
+        # provider's request, a harness error) are evaluated again, with the turns after them. Nothing is
+        # deleted now: the new turn replaces them when it is stored (record_attempt's replace_from_turn, one
+        # transaction), so a run cut again loses nothing, and the new verdict keeps the old ones
+        planned = {(sp.problem.level, sp.problem.problem_id, sp.model, sp.sample_id) for sp in specs}
+        replace_from: dict[tuple[int, int, str, int], int] = {}
+        for (lv, pid, m, sid, t) in (store.retryable_attempts(run_name) if stored is not None else {}):
+            k = (lv, pid, m, sid)
+            if k in planned:
+                replace_from[k] = min(t, replace_from.get(k, t))
+        if replace_from:
+            prog.note(f"resuming {run_name}: {len(replace_from)} sample(s) with a generation or harness error "
                       "are evaluated again")
         done = store.done_attempts(run_name)
         total_turns = cfg.turns if ad.is_llm else 1
@@ -513,6 +512,9 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             p = spec.problem
             turns_done = sorted(t for (lv, pid, m, s, t) in done
                                 if lv == p.level and pid == p.problem_id and m == spec.model and s == spec.sample_id)
+            redo = replace_from.get((p.level, p.problem_id, spec.model, spec.sample_id))
+            if redo is not None:
+                turns_done = [t for t in turns_done if t < redo]
             if len(turns_done) >= total_turns:
                 skipped += 1
                 continue
@@ -608,14 +610,13 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 
         async def record(rec: TurnRecord) -> None:
             gen = dataclasses.asdict(rec.generation)
-            result = rec.result
-            earlier = retried.get((rec.spec.problem.level, rec.spec.problem.problem_id, rec.spec.model,
-                                   rec.spec.sample_id, rec.turn))
-            if earlier is not None:  # evaluated again on resume: the verdict it replaces
-                result = result.with_(extra={**result.extra, "earlier_attempt": earlier})
+            key = (rec.spec.problem.level, rec.spec.problem.problem_id, rec.spec.model, rec.spec.sample_id)
             store.record_attempt(run_name, problem=rec.spec.problem, candidate=rec.candidate, model=rec.spec.model,
                                  sample_id=rec.spec.sample_id, turn=rec.turn, messages=list(rec.messages) or None,
-                                 reply=rec.generation.text if ad.is_llm else None, generation=gen, result=result)
+                                 reply=rec.generation.text if ad.is_llm else None, generation=gen,
+                                 result=rec.result,
+                                 # evaluated again on resume: replaces the stored turns from this one on
+                                 replace_from_turn=rec.turn if replace_from.get(key) == rec.turn else None)
             outcomes[str(rec.result.outcome)] = outcomes.get(str(rec.result.outcome), 0) + 1
             if ad.is_llm:
                 prog.advance("generate")

@@ -828,9 +828,10 @@ class Store:
         return out
 
     def discard_attempts_from(self, run_name: str, level: int, problem_id: int, model: str, sample_id: int,
-                              turn: int) -> int:
-        """Delete a sample's recorded turns from ``turn`` on (their results and timings too), so a resumed
-        run evaluates them again. Returns how many turns were deleted.
+                              turn: int) -> list[dict[str, Any]]:
+        """Delete a sample's recorded turns from ``turn`` on (their results and timings too). A resumed run
+        replaces them through :meth:`record_attempt`'s ``replace_from_turn`` instead, in the transaction
+        that stores the new turn. Returns the deleted turns' summaries (:meth:`_discard_from`).
 
         Raises:
             StoreError: no such run.
@@ -840,16 +841,28 @@ class Store:
             sample = s.scalars(select(SampleRow).where(
                 SampleRow.run_id == run.id, SampleRow.level == level, SampleRow.problem_id == problem_id,
                 SampleRow.model == model, SampleRow.sample_id == sample_id)).one_or_none()
-            if sample is None:
-                return 0
-            ids = list(s.scalars(select(AttemptRow.id).where(AttemptRow.sample_pk == sample.id,
-                                                             AttemptRow.turn >= turn)).all())
-            if ids:  # children first (whether or not the database cascades)
-                rids = select(ResultRow.id).where(ResultRow.attempt_pk.in_(ids)).scalar_subquery()
-                s.execute(delete(TimingRow).where(TimingRow.result_pk.in_(rids)))
-                s.execute(delete(ResultRow).where(ResultRow.attempt_pk.in_(ids)))
-                s.execute(delete(AttemptRow).where(AttemptRow.id.in_(ids)))
-            return len(ids)
+            return [] if sample is None else self._discard_from(s, sample.id, turn)
+
+    @staticmethod
+    def _discard_from(s: Session, sample_pk: int, turn: int) -> list[dict[str, Any]]:
+        """Delete the sample's turns from ``turn`` on, children first (whether or not the database
+        cascades). Returns, per deleted turn, ``turn``, ``outcome``, ``error`` (first 500 characters) and
+        what its generation cost (``input_tokens``, ``output_tokens``, ``cost_usd``)."""
+        rows = s.execute(
+            select(AttemptRow.id, AttemptRow.turn, AttemptRow.input_tokens, AttemptRow.output_tokens,
+                   AttemptRow.cost_usd, ResultRow.outcome, ResultRow.error)
+            .join(ResultRow, ResultRow.attempt_pk == AttemptRow.id, isouter=True)
+            .where(AttemptRow.sample_pk == sample_pk, AttemptRow.turn >= turn)
+            .order_by(AttemptRow.turn)
+        ).all()
+        ids = [r[0] for r in rows]
+        if ids:
+            rids = select(ResultRow.id).where(ResultRow.attempt_pk.in_(ids)).scalar_subquery()
+            s.execute(delete(TimingRow).where(TimingRow.result_pk.in_(rids)))
+            s.execute(delete(ResultRow).where(ResultRow.attempt_pk.in_(ids)))
+            s.execute(delete(AttemptRow).where(AttemptRow.id.in_(ids)))
+        return [{"turn": int(t), "outcome": outcome, "error": (error or "")[:500], "input_tokens": it,
+                 "output_tokens": ot, "cost_usd": cost} for _id, t, it, ot, cost, outcome, error in rows]
 
     def attempts_for_sample(
         self, run_name: str, level: int, problem_id: int, model: str, sample_id: int
@@ -922,6 +935,7 @@ class Store:
         reply: str | None,
         generation: Mapping[str, Any] | None,
         result: EvalResult,
+        replace_from_turn: int | None = None,
     ) -> int:
         """Record one evaluated turn in one transaction.
 
@@ -940,6 +954,10 @@ class Store:
             reply: the reply text, or None (then ``generation["text"]`` when given).
             generation: the fields of ``adapters.base.Generation`` as a dict (or the dataclass), or None.
             result: the verdict.
+            replace_from_turn: a resumed run evaluating again what failed for a reason not the candidate's:
+                the sample's recorded turns from this one on are deleted in the same transaction, and their
+                summaries go into this result's ``extra["earlier_attempt"]`` (``outcome`` and ``error`` of
+                the first, ``replaced_turns`` for each, with what its generation cost).
 
         Returns:
             The stored result's id (``results_frame``'s ``result_id``). Idempotent on
@@ -954,7 +972,8 @@ class Store:
             try:
                 with self._write() as s:
                     return self._record(
-                        s, run_name, problem, candidate, model, sample_id, turn, messages, reply, gen, result
+                        s, run_name, problem, candidate, model, sample_id, turn, messages, reply, gen, result,
+                        replace_from_turn,
                     )
             except IntegrityError:  # a concurrent writer inserted the same sample or turn: look again
                 if attempt == 2:
@@ -981,6 +1000,7 @@ class Store:
         reply: str | None,
         gen: dict[str, Any],
         result: EvalResult,
+        replace_from_turn: int | None = None,
     ) -> int:
         run = self._run_row(s, run_name)
         sample = s.scalars(
@@ -993,6 +1013,12 @@ class Store:
             )
         ).one_or_none()
         now = _now()
+        if sample is not None and replace_from_turn is not None:
+            replaced = self._discard_from(s, sample.id, replace_from_turn)
+            if replaced:
+                first = replaced[0]
+                result = result.with_(extra={**result.extra, "earlier_attempt": {
+                    "outcome": first["outcome"], "error": first["error"], "replaced_turns": replaced}})
         if sample is not None:
             existing = s.execute(
                 select(ResultRow.id)

@@ -102,20 +102,43 @@ def test_resume_evaluates_again_what_failed_for_a_reason_not_the_candidates(tmp_
                   "extra = ? where id = ?", (json.dumps(extra), rid))
         kept = c.execute("select r.id from results r join attempts a on r.attempt_pk = a.id "
                          "join samples s on a.sample_pk = s.id where s.problem_id = 2").fetchone()[0]
+    # a harness error of a sample this run does not plan (another model's, say) is left alone on resume
+    from kernelbench_harness.core import EvalResult, Outcome
+
+    with Store(f"sqlite:///{db}") as st0:
+        st0.record_attempt("r", problem=st0.run_problems("r")[0], candidate=None, model="other-model", sample_id=0,
+                           turn=0, messages=None, reply=None, generation=None,
+                           result=EvalResult(Outcome.RUNTIME_ERROR, error="gone", extra={"harness_error": True}))
+    # cut again before the new verdict is stored: nothing is lost, the harness error is still there
+    import pytest
+
+    real = Store.record_attempt
+
+    def cut(self, *a, **k):
+        raise KeyboardInterrupt
+    Store.record_attempt = cut
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            asyncio.run(execute_run(cfg, resume=True))
+    finally:
+        Store.record_attempt = real
+    with sqlite3.connect(db) as c:
+        assert c.execute("select outcome from results where id = ?", (rid,)).fetchone() == ("runtime_error",)
     again = asyncio.run(execute_run(cfg, resume=True))
     assert again.evaluated == 1 and again.outcomes == {"correct": 1}
     st = Store(f"sqlite:///{db}")
     try:
-        by_id = {a.problem_id: a for a in st.attempts("r")}
+        by_id = {a.problem_id: a for a in st.attempts("r") if a.model != "other-model"}
         assert str(by_id[1].result.outcome) == "correct"
-        assert by_id[1].result.extra["earlier_attempt"] == {"outcome": "runtime_error",
-                                                            "error": "device worker died (exit code -9)"}
+        earlier = by_id[1].result.extra["earlier_attempt"]
+        assert earlier["outcome"] == "runtime_error" and earlier["error"] == "device worker died (exit code -9)"
+        assert [t["turn"] for t in earlier["replaced_turns"]] == [0]
         assert by_id[2].result_id == kept and "earlier_attempt" not in by_id[2].result.extra
-        assert st.retryable_attempts("r") == {}
+        assert list(st.retryable_attempts("r")) == [(1, 1, "other-model", 0, 0)]  # not planned: kept
     finally:
         st.close()
     with sqlite3.connect(db) as c:  # nothing of the replaced verdict is left behind
-        assert c.execute("select count(*) from attempts").fetchone()[0] == 2
+        assert c.execute("select count(*) from attempts").fetchone()[0] == 3
         assert c.execute("select count(*) from timings t left join results r on t.result_pk = r.id "
                          "where r.id is null").fetchone()[0] == 0
 

@@ -94,6 +94,7 @@ def _record(
     messages=None,
     reply=None,
     gen=None,
+    replace_from_turn: int | None = None,
 ) -> int:
     cand = (
         Candidate(p.level, p.problem_id, code, Backend.TRITON, sample, turn, model)
@@ -111,6 +112,7 @@ def _record(
         reply=reply,
         generation=gen,
         result=result,
+        replace_from_turn=replace_from_turn,
     )
 
 
@@ -262,13 +264,21 @@ def test_retryable_turns_are_found_and_discarded_with_what_follows(store: Store)
     retry = store.retryable_attempts("r")
     assert retry == {(1, 2, "m", 0, 1): {"outcome": "runtime_error", "error": "device worker died"},
                      (1, 2, "m", 1, 0): {"outcome": "generation_error", "error": "HTTP 503"}}
-    assert store.discard_attempts_from("r", 1, 2, "m", 0, 1) == 2
+    gone = store.discard_attempts_from("r", 1, 2, "m", 0, 1)
+    assert [(g["turn"], g["outcome"]) for g in gone] == [(1, "runtime_error"), (2, "correct")]
     assert [a.turn for a in store.attempts_for_sample("r", 1, 2, "m", 0)] == [0]
-    assert store.discard_attempts_from("r", 1, 2, "m", 9, 0) == 0  # no such sample
+    assert store.discard_attempts_from("r", 1, 2, "m", 9, 0) == []  # no such sample
     with store._read() as s:
         assert s.scalar(select(func.count()).select_from(AttemptRow)) == 3
         assert s.scalar(select(func.count()).select_from(ResultRow)) == 3
         assert s.scalar(select(func.count()).select_from(TimingRow)) == 2  # the generation error timed nothing
+    # a resumed run's new turn replaces the failed one and those after it, in one transaction
+    new_id = _record(store, p, _result(), sample=1, turn=0, replace_from_turn=0)
+    [rec] = store.attempts_for_sample("r", 1, 2, "m", 1)
+    assert rec.result_id == new_id and rec.result.outcome is Outcome.CORRECT
+    earlier = rec.result.extra["earlier_attempt"]
+    assert earlier["outcome"] == "generation_error" and earlier["error"] == "HTTP 503"
+    assert [t["turn"] for t in earlier["replaced_turns"]] == [0, 1]
 
 
 def test_concurrent_record_attempt_stores_once(store: Store) -> None:
