@@ -125,27 +125,42 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
         if key:
             lock = HostDeviceLock(key)
         exec(compile(code, name, "exec"), mod.__dict__)
-        # the model and the inputs are made on the host first, holding nothing: drawing a level-1 problem's
-        # GiB of inputs takes seconds to tens of seconds of CPU, and a device lock held meanwhile kept every
-        # timing window waiting (H200 session 10: 15-40 s stretches)
+        # the model is made on the host, holding nothing
         torch.manual_seed(seed)
         model = mod.Model(*mod.get_init_inputs())
         if key and _input_nbytes(torch, mod) >= BIG_INPUT_BYTES:
-            # before drawing them: seven workers each holding 8 GiB of drawn inputs while they queue here
-            # would take half the host's memory
+            # before drawing them: warm-ups with GiB of inputs run one at a time on the device
             out["_alone_wait_s"] = alone.enter_context(_alone_on_device(key))
         torch.manual_seed(seed + 1)
-        host_args = list(mod.get_inputs())
-        if key and "_alone_wait_s" not in out and \
-                sum(a.numel() * a.element_size() for a in host_args if isinstance(a, torch.Tensor)) >= BIG_INPUT_BYTES:
-            out["_alone_wait_s"] = alone.enter_context(_alone_on_device(key))  # meta tensors could not tell
-        with on_gpu():
-            model = model.to(device)
-            if dtype != torch.float32:
-                model = model.to(dtype)
-            args = [a.to(device).to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else
-                    (a.to(device) if isinstance(a, torch.Tensor) else a) for a in host_args]
-        del host_args
+
+        def placed(vals: list[Any]) -> list[Any]:
+            return [a.to(device).to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else
+                    (a.to(device) if isinstance(a, torch.Tensor) else a) for a in vals]
+        args: list[Any] | None = None
+        if gpu:
+            # a compile depends on the inputs' shapes and dtypes, not their values: drawn on the device
+            # (milliseconds for GiB, where the host took seconds to tens of seconds, with a device lock held
+            # meanwhile keeping timing windows waiting: H200 session 10, 15-40 s stretches)
+            try:
+                with on_gpu(), torch.device(device):
+                    model = model.to(device)
+                    if dtype != torch.float32:
+                        model = model.to(dtype)
+                    args = placed(list(mod.get_inputs()))
+                out["_inputs_drawn_on"] = "device"
+            except Exception:  # noqa: BLE001 - a get_inputs that needs the host: drawn there below
+                args = None
+        if args is None:
+            host_args = list(mod.get_inputs())  # on the host, holding nothing
+            if key and "_alone_wait_s" not in out and \
+                    sum(a.numel() * a.element_size() for a in host_args if isinstance(a, torch.Tensor)) >= BIG_INPUT_BYTES:
+                out["_alone_wait_s"] = alone.enter_context(_alone_on_device(key))  # meta tensors could not tell
+            with on_gpu():
+                model = model.to(device)
+                if dtype != torch.float32:
+                    model = model.to(dtype)
+                args = placed(host_args)
+            del host_args
     except Exception as e:
         alone.close()
         return {"error": f"{type(e).__name__}: {e}"[:500], **_lock_info()}
