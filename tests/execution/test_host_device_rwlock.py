@@ -224,5 +224,6 @@ def test_warm_one_on_a_gpu_waits_for_a_timing_window(tmp_path, monkeypatch):
         t.join()
     assert "error" in out
     assert out["_lock_wait_s"] >= 0.4
-    (start, end), = out["_gpu_windows"]
-    assert released[0] <= start <= end
+    # the inputs drawn on the device, then (that failing) on the host: each stretch after the window ended
+    windows = out["_gpu_windows"]
+    assert 1 <= len(windows) <= 2 and all(released[0] <= start <= end for start, end in windows)
