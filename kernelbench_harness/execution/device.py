@@ -628,16 +628,30 @@ class ProblemContext:
         if self.lazy_refs:
             return self.compare_on(set_idx, None, outs)
         ref64 = self.refs64[set_idx] if self.refs64 is not None else None
-        try:
+
+        def judge() -> Comparison:
             return self._judge(outs, self.refs[set_idx], ref64)
+        return self._retry_on_oom(judge, judge, f"judging input set {set_idx} ran out of memory")
+
+    def _retry_on_oom(self, first: Callable[[], Comparison], second: Callable[[], Comparison],
+                      what: str) -> Comparison:
+        """``first()``; where it runs out of device memory (beside the candidate's process, or another
+        slot's job) on a CUDA device, ``second()`` once more with the allocator's cache handed back.
+
+        Raises:
+            ReferenceError_: out of memory still (``oom``, the message starting with ``what``): the
+                harness's failure, not the candidate's.
+        """
+        try:
+            return first()
         except torch.OutOfMemoryError:
             if self.device.type != "cuda":
-                raise ReferenceError_(f"judging input set {set_idx} ran out of memory", oom=True) from None
-        torch.cuda.empty_cache()  # beside another slot's job, say: once more with the cache handed back
+                raise ReferenceError_(f"{what}: out of memory", oom=True) from None
+        torch.cuda.empty_cache()
         try:
-            return self._judge(outs, self.refs[set_idx], ref64)
+            return second()
         except torch.OutOfMemoryError as e:
-            raise ReferenceError_(f"judging input set {set_idx} ran out of memory: {e}", oom=True) from None
+            raise ReferenceError_(f"{what}: {type(e).__name__}: {e}", oom=True) from None
 
     def _judge(self, outs: list[Any], ref: list[Any], ref64: list[Any] | None) -> Comparison:
         """``outs`` against reference outputs ``ref`` (and their float64 twin) under the protocol."""
@@ -670,20 +684,10 @@ class ProblemContext:
                         else v for v in vals]
             return raw, vals
 
-        try:
-            return self._compare_once(outs, set_idx, round_, inputs, tight=False)
-        except torch.OutOfMemoryError:
-            if self.device.type != "cuda":
-                raise ReferenceError_(f"the reference fails on input set {set_idx} at comparison: out of memory",
-                                      oom=True) from None
-        # out of device memory beside the candidate's process: once more with the cache handed back and
-        # the path that needs less
-        torch.cuda.empty_cache()
-        try:
-            return self._compare_once(outs, set_idx, round_, inputs, tight=True)
-        except torch.OutOfMemoryError as e:
-            raise ReferenceError_(f"the reference fails on input set {set_idx} at comparison: "
-                                  f"{type(e).__name__}: {e}", oom=True) from None
+        # out of device memory: once more on the path that needs less
+        return self._retry_on_oom(lambda: self._compare_once(outs, set_idx, round_, inputs, tight=False),
+                                  lambda: self._compare_once(outs, set_idx, round_, inputs, tight=True),
+                                  f"the reference fails on input set {set_idx} at comparison")
 
     def _compare_once(self, outs: list[Any], set_idx: int, round_: int | None,
                       inputs: Callable[[], tuple[list[Any], list[Any]]], tight: bool) -> Comparison:
@@ -1280,7 +1284,7 @@ class DeviceEvaluator:
         from .memledger import Plan
 
         set_nb = int(ctx.share_set_nbytes)
-        out_nb = _devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
+        out_nb = self._share_out_nbytes(ctx)
         sharing = self._share_ok is not False and ctx.share_places is not None and set_nb > 0
         refs = 0 if ctx.lazy_refs else int(ctx.ref_estimate_bytes)
 
@@ -1492,6 +1496,12 @@ class DeviceEvaluator:
     SHARE_MAX_FAILURES = 2  # candidate processes that could not map the buffers before sharing stops
     STAGE_MAX_REQUESTS_PER_SET = 4  # need_set requests per input set a candidate's process may make
 
+    @staticmethod
+    def _share_out_nbytes(ctx: ProblemContext) -> int:
+        """Bytes of the shared output buffer for ``ctx``'s problem: its outputs, rounded up, plus room to
+        align each of up to 16 outputs."""
+        return _devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
+
     def _share_sets(self, ctx: ProblemContext) -> tuple[list[Any], dict[str, Any]] | None:
         """Fresh shared device buffers for one candidate (:mod:`.devshare`): every input set copied into
         one buffer each, and one for its outputs; or, where all the sets together would take more than
@@ -1508,7 +1518,7 @@ class DeviceEvaluator:
             self._share_ok = _devshare.available(self.device)
             if not self._share_ok:
                 return None
-        out_nbytes = _devshare.round_up(int(ctx.out_nbytes)) + 16 * _devshare.ALIGN
+        out_nbytes = self._share_out_nbytes(ctx)
         plan = share_plan(ctx.n_sets, ctx.share_set_nbytes, out_nbytes,
                           planned_memory(self.device, self._job_share), self.SHARE_MAX_FRACTION)
         if plan is None:

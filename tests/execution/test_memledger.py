@@ -33,7 +33,8 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
 
     slot = SimpleNamespace(memory_share=share, memory_ledger=ledger, device=torch.device("cuda:0"), _gpu_share=None,
                            SHARE_MAX_FRACTION=DeviceEvaluator.SHARE_MAX_FRACTION, MEMORY_WAIT_MAX_S=10.0,
-                           _share_ok=share_ok, _take_shared=lambda lk: None, _alone=False)
+                           _share_ok=share_ok, _take_shared=lambda lk: None, _alone=False,
+                           _share_out_nbytes=DeviceEvaluator._share_out_nbytes)
     slot._planner = lambda ctx, total, baselines=False: DeviceEvaluator._planner(slot, ctx, total, baselines)
     return slot
 

@@ -20,8 +20,10 @@ def _ctx(device: str, fails: int) -> SimpleNamespace:
         if calls["n"] <= fails:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
         return "judged"
-    return SimpleNamespace(lazy_refs=False, refs=[["ref"]], refs64=None, device=torch.device(device),
-                           _judge=judge, calls=calls)
+    ctx = SimpleNamespace(lazy_refs=False, refs=[["ref"]], refs64=None, device=torch.device(device),
+                          _judge=judge, calls=calls)
+    ctx._retry_on_oom = lambda first, second, what: ProblemContext._retry_on_oom(ctx, first, second, what)
+    return ctx
 
 
 def test_a_stored_reference_judge_out_of_memory_is_tried_again(monkeypatch):
