@@ -1206,9 +1206,10 @@ class DeviceEvaluator:
         if getattr(lock, "path", None):
             out.append(str(lock.path))
         if self.host_lock_key:
-            from .warm import warm_big_lock_path
+            from .warm import warm_big_lock
 
-            out.append(str(warm_big_lock_path(self.host_lock_key)))
+            big = warm_big_lock(self.host_lock_key)
+            out += [str(big.path), str(big.turn_path)]
         return out
 
     def _give_memory_back(self) -> None:

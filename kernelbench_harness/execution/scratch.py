@@ -189,7 +189,12 @@ class HostDeviceLock:
         self.shared = False  # how the lock is held now (meaningless while not held)
 
     def _open(self, path: Path) -> int:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:  # whatever the umask: another user's kbench run on this host takes the same files
+            os.fchmod(fd, 0o666)
+        except OSError:  # made by another user: theirs to set
+            pass
+        return fd
 
     def acquire(self, shared: bool = False, timeout_s: float | None = None) -> float:
         """Block until this process holds the lock; returns the seconds waited.

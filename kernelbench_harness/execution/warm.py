@@ -28,16 +28,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import multiprocessing as mp
 
 from ..core import Problem
+from .scratch import HostDeviceLock
 
 __all__ = ["warm_compile"]
 
@@ -76,7 +75,7 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
 
     import torch
 
-    from .scratch import HostDeviceLock, device_lock_key
+    from .scratch import device_lock_key
 
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     out: dict[str, Any] = {}
@@ -133,9 +132,13 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
             out["_alone_wait_s"] = alone.enter_context(_alone_on_device(key))
         torch.manual_seed(seed + 1)
 
-        def placed(vals: list[Any]) -> list[Any]:
-            return [a.to(device).to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else
-                    (a.to(device) if isinstance(a, torch.Tensor) else a) for a in vals]
+        def placed(m: Any, vals: list[Any]) -> tuple[Any, list[Any]]:
+            """The model and inputs on the device, floating ones at the run's precision."""
+            m = m.to(device)
+            if dtype != torch.float32:
+                m = m.to(dtype)
+            return m, [a.to(device).to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else
+                       (a.to(device) if isinstance(a, torch.Tensor) else a) for a in vals]
         args: list[Any] | None = None
         if gpu:
             # a compile depends on the inputs' shapes and dtypes, not their values: drawn on the device
@@ -143,23 +146,16 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
             # meanwhile keeping timing windows waiting: H200 session 10, 15-40 s stretches)
             try:
                 with on_gpu(), torch.device(device):
-                    model = model.to(device)
-                    if dtype != torch.float32:
-                        model = model.to(dtype)
-                    args = placed(list(mod.get_inputs()))
+                    model, args = placed(model, list(mod.get_inputs()))
                 out["_inputs_drawn_on"] = "device"
             except Exception:  # noqa: BLE001 - a get_inputs that needs the host: drawn there below
                 args = None
         if args is None:
             host_args = list(mod.get_inputs())  # on the host, holding nothing
-            if key and "_alone_wait_s" not in out and \
-                    sum(a.numel() * a.element_size() for a in host_args if isinstance(a, torch.Tensor)) >= BIG_INPUT_BYTES:
+            if key and "_alone_wait_s" not in out and _tensor_nbytes(torch, host_args) >= BIG_INPUT_BYTES:
                 out["_alone_wait_s"] = alone.enter_context(_alone_on_device(key))  # meta tensors could not tell
             with on_gpu():
-                model = model.to(device)
-                if dtype != torch.float32:
-                    model = model.to(dtype)
-                args = placed(host_args)
+                model, args = placed(model, host_args)
             del host_args
     except Exception as e:
         alone.close()
@@ -189,42 +185,31 @@ def _input_nbytes(torch: Any, mod: Any) -> int:
     memory, no random numbers); -1 when that fails (a problem that builds its inputs some other way)."""
     try:
         with torch.device("meta"):
-            vals = mod.get_inputs()
-        return sum(t.numel() * t.element_size() for t in vals if isinstance(t, torch.Tensor))
+            return _tensor_nbytes(torch, mod.get_inputs())
     except Exception:  # noqa: BLE001 - the caller measures the real inputs instead
         return -1
 
 
-def warm_big_lock_path(key: str) -> Path:
-    """The large-warm-up lock file of the device ``key`` (:func:`.scratch.device_lock_key`)."""
-    return Path(tempfile.gettempdir()) / "kbench-locks" / f"{key}.warm-big.lock"
+def _tensor_nbytes(torch: Any, vals: Any) -> int:
+    """Bytes of the tensors among ``vals`` (a problem's inputs)."""
+    return sum(t.numel() * t.element_size() for t in vals if isinstance(t, torch.Tensor))
+
+
+def warm_big_lock(key: str) -> HostDeviceLock:
+    """The large-warm-up lock of the device ``key`` (:func:`.scratch.device_lock_key`): a
+    :class:`.scratch.HostDeviceLock` of its own (``$TMPDIR/kbench-locks/<key>.warm-big.lock``), taken
+    exclusively, never the device's timing lock."""
+    return HostDeviceLock(f"{key}.warm-big")
 
 
 @contextlib.contextmanager
 def _alone_on_device(key: str) -> Iterator[float]:
-    """Hold the device's "large warm-up" file lock (``$TMPDIR/kbench-locks/<key>.warm-big.lock``,
-    exclusive) for one problem's warm-up; yields the seconds waited for it. Current KernelBench level 1
-    has 60 problems whose inputs take 1-16 GiB: eight warm-up processes each holding a model, its inputs
-    and its outputs of that size on the device beside the slots' own sets could run it out of memory.
-    Not the device's timing lock: nothing here keeps a timing window waiting."""
-    import fcntl
-
-    path = warm_big_lock_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:  # other users' runs on this host take it too (as the device's timing lock files)
-        os.fchmod(fd, 0o666)
-    except OSError:
-        pass
-    try:
-        t0 = time.perf_counter()
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield round(time.perf_counter() - t0, 3)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    """Hold the device's large-warm-up lock (:func:`warm_big_lock`) for one problem's warm-up; yields the
+    seconds waited for it. Current KernelBench level 1 has 60 problems whose inputs take 1-16 GiB: eight
+    warm-up processes each holding a model, its inputs and its outputs of that size on the device beside
+    the slots' own sets could run it out of memory. Nothing here keeps a timing window waiting."""
+    with warm_big_lock(key).hold() as waited:
+        yield round(waited, 3)
 
 
 def _compile_modes(torch: Any, model: Any, args: list[Any], modes: list[str], no_grad: bool, gpu: bool,
