@@ -713,12 +713,12 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                           build_stats=dict(pool.stats) if pool else {}, warm=warm_info, unanswered=unanswered)
     except BaseException:
         try:
-            if store.get_run(run_name) is not None:
+            cut = store.get_run(run_name)
+            if cut is not None:
                 INTERRUPTED.append((run_name, cfg.db))  # for the CLI's "continue it with" line
                 hw = None
                 if warm_info:  # the compiles that finished before the cut, which a resumed run does not redo
-                    hw = {**(store.get_run(run_name).hardware or {}),  # type: ignore[union-attr]
-                          "warm": _warm_record(stored, dict(warm_info), warm_t0)}
+                    hw = {**(cut.hardware or {}), "warm": _warm_record(stored, dict(warm_info), warm_t0)}
                 store.set_run_status(run_name, "interrupted", hardware=hw)
         except Exception:
             pass
