@@ -35,7 +35,11 @@ def main() -> int:
     ap.add_argument("--min-gib", type=float, default=0.0)
     ap.add_argument("--ids-only", action="store_true")
     a = ap.parse_args()
-    files = sorted((a.problems / f"level{a.level}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
+    folder = a.problems / f"level{a.level}"
+    files = sorted((f for f in folder.glob("*.py") if f.name.split("_")[0].isdigit()),
+                   key=lambda p: int(p.name.split("_")[0]))
+    if not files:
+        ap.error(f"no problem files <id>_<Name>.py in {folder} (pass a KernelBench checkout with --problems)")
     rows = [(int(f.name.split("_")[0]), input_bytes(f)) for f in files]
     big = [pid for pid, n in rows if n >= a.min_gib * 2**30]
     if a.ids_only:
