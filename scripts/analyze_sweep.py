@@ -16,6 +16,10 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
+
+#: an H200's device memory (bytes), for runs whose hardware record lacks it
+H200_BYTES = 150_109_880_320
 
 
 def main() -> int:
@@ -24,6 +28,7 @@ def main() -> int:
     ap.add_argument("--run", action="append", default=None)
     a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernelbench_harness.execution.memledger import UTIL
     from kernelbench_harness.store import Store
 
     st = Store(a.db, create=False)
@@ -106,6 +111,8 @@ def main() -> int:
         exch: dict[str, int] = defaultdict(int)
         tsets: dict[int, int] = defaultdict(int)
         claims, reruns, trusted_oom = [], 0, 0
+        peaks: list[tuple[int, float, Any]] = []
+        total_bytes = int((info.hardware or {}).get("device_memory_bytes") or 0) or H200_BYTES
         for at in atts:
             x = at.result.extra or {}
             if x.get("input_exchange"):
@@ -116,6 +123,12 @@ def main() -> int:
                 claims.append(float(x["memory_claim"]))
             reruns += bool(x.get("rerun_alone"))
             trusted_oom += bool(x.get("trusted_oom"))
+            tp, cp = x.get("trusted_device_peak_bytes"), x.get("candidate_device_peak_bytes")
+            if isinstance(tp, int) and isinstance(x.get("memory_claim"), (int, float)):
+                # a job's device memory at its peak (trusted process + candidate process, each its allocator's
+                # own high-water mark) against what it claimed (memledger.UTIL of the device per unit)
+                used = tp + (cp if isinstance(cp, int) else 0)
+                peaks.append((used, float(x["memory_claim"]) * UTIL * total_bytes, at))
         if exch or claims:
             line = "   memory: input exchange " + ", ".join(f"{k} {v}" for k, v in sorted(exch.items()))
             if tsets:
@@ -125,6 +138,13 @@ def main() -> int:
             if phases.get("memory_wait"):
                 line += f"; waited for memory {phases['memory_wait']:.1f} s"
             print(line + f"; re-run alone after an oom {reruns}; trusted-side oom {trusted_oom}")
+        if peaks:
+            over = [(u, c, at) for u, c, at in peaks if u > c]
+            ratio = sorted(u / c for u, c, _ in peaks if c > 0)
+            print(f"   device memory at the peak / claimed: {len(peaks)} job(s), median {statistics.median(ratio):.2f}, "
+                  f"max {ratio[-1]:.2f}; over the claim: {len(over)}" if ratio else "")
+            for u, c, at in sorted(over, key=lambda t: -t[0] / max(t[1], 1))[:8]:
+                print(f"     L{at.level}/{at.problem_id}: {u / 2**30:.1f} GiB used, {c / 2**30:.1f} GiB claimed")
         startup = (info.config or {}).get("startup_s")
         if startup:  # before the run's record: interpreter, imports, problems; then the device slots
             print("   start-up: " + ", ".join(f"{k} {v} s" for k, v in startup.items()))

@@ -85,6 +85,29 @@ def planned_memory(device: torch.device, share: float) -> int:
     return int(torch.cuda.get_device_properties(device).total_memory * share)
 
 
+def _device_oom(e: BaseException) -> bool:
+    """Whether ``e`` is the device running out of memory: ``torch.OutOfMemoryError``, or a CUDA error the
+    driver reports as out of memory (``cudaErrorMemoryAllocation`` through ``torch.AcceleratorError``)."""
+    if isinstance(e, torch.OutOfMemoryError):
+        return True
+    return type(e).__name__ in ("AcceleratorError", "RuntimeError") and "out of memory" in str(e)
+
+
+def _device_peak(device: torch.device, reset: bool = False) -> int | None:
+    """The most device memory this process's caching allocator has held on ``device`` since the last reset
+    (bytes, ``torch.cuda.max_memory_reserved``); with ``reset``, starts a new count and returns None. None on
+    a CPU device or where the count cannot be read."""
+    if device.type != "cuda":
+        return None
+    try:
+        if reset:
+            torch.cuda.reset_peak_memory_stats(device)
+            return None
+        return int(torch.cuda.max_memory_reserved(device))
+    except Exception:  # noqa: BLE001 - a figure for the record, not a check
+        return None
+
+
 class ReferenceError_(RuntimeError):
     """The problem's own reference failed (bad problem file, unsupported op on this device); ``oom``: the
     trusted side ran out of device memory evaluating it (beside the candidate's process)."""
@@ -334,9 +357,11 @@ class ProblemContext:
 
     def __init__(self, problem: Problem, protocol: Protocol, run_seed: int, device: torch.device,
                  root: Path, ref_budget_bytes: int | None = None, redraw: bool | None = None,
-                 memory_share: float = 1.0) -> None:
+                 memory_share: float = 1.0, shared_device: bool = False) -> None:
         # the fraction of the device's memory the slot plans for (see DeviceEvaluator's ``memory_share``)
         self.memory_share = memory_share
+        # other slots' jobs run on this device: the float64 twin running out of memory at set-up raises
+        # (the slot evaluates again with the device to itself) instead of judging with allclose
         if ref_budget_bytes is None:
             ref_budget_bytes = self.reference_budget_bytes(device)
         self.problem = problem
@@ -455,7 +480,8 @@ class ProblemContext:
                     return _detach_outputs(self.model(*_cast_set(_fresh_on(vals, device), self.dtype,
                                                                  self.cast_all)))
             except Exception as e:
-                raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}") from None
+                raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}",
+                                      oom=_device_oom(e)) from None
 
         self.refs.append(run_ref(self.set_values(0)))
         want64 = protocol.judge == "fp64-bound"
@@ -516,6 +542,9 @@ class ProblemContext:
                         self.refs64 = [_detach_outputs(self._m64(*_upcast(self.set_values(i), device)))
                                        for i in range(n_sets)]
             except Exception as e:
+                if shared_device and _device_oom(e):  # others' memory perhaps: no verdict on a weaker judge
+                    raise ReferenceError_(f"the float64 reference ran out of device memory: {type(e).__name__}: "
+                                          f"{str(e)[:300]}", oom=True) from None
                 log.warning("%s: no float64 reference (%s); judging with allclose", problem.key, e)
                 self.flags.append("no-fp64-reference")
                 self.refs64 = None
@@ -536,7 +565,7 @@ class ProblemContext:
                 _set_rng_state(self.device, rng)
             if where != self._redraw_where:  # e.g. the device was out of memory: a CPU draw has other values
                 raise ReferenceError_(f"input set {i} could not be drawn again on {self._redraw_where} (the "
-                                      f"device is short of memory?)")
+                                      f"device is short of memory?)", oom=True)
             return [v.to(self.device, copy=self._copy_redraws) if isinstance(v, torch.Tensor) else v for v in vals]
         return _fresh_on(self._sets_cpu[i], self.device)
 
@@ -736,6 +765,8 @@ class ProblemContext:
         except torch.OutOfMemoryError:
             raise
         except Exception as e:  # the reference (or the trusted side's memory) failed, not the candidate
+            if _device_oom(e) or (isinstance(e, ReferenceError_) and e.oom):
+                raise torch.OutOfMemoryError(f"{type(e).__name__}: {e}") from None
             raise ReferenceError_(f"the reference fails on input set {set_idx} at comparison: "
                                   f"{type(e).__name__}: {e}") from None
         return self._judged(outs, ref, ref64)
@@ -1057,7 +1088,8 @@ class DeviceEvaluator:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             ctx = ProblemContext(problem, protocol, run_seed, self.device, self.scratch, ref_budget_bytes=budget,
-                                 memory_share=self.memory_share)
+                                 memory_share=self.memory_share,
+                                 shared_device=self.memory_ledger is not None and not self._alone)
             self._contexts[key] = ctx
         return ctx
 
@@ -1178,11 +1210,14 @@ class DeviceEvaluator:
         """
         with self._gpu_work():
             try:
+                _device_peak(self.device, reset=True)
                 res = self._evaluate(job)
-                if res.outcome is Outcome.OOM and self.memory_ledger is not None and self.device.type == "cuda" \
-                        and not res.error.startswith("resident memory"):
-                    # out of device memory beside the other slots' jobs: the memory may have been theirs.
-                    # Once more with the whole device claimed, so an oom verdict is the candidate's own
+                if self.memory_ledger is not None and self.device.type == "cuda" and (
+                        (res.outcome is Outcome.OOM and not res.error.startswith("resident memory"))
+                        or res.extra.get("trusted_oom")):
+                    # out of device memory beside the other slots' jobs (the candidate, or the trusted side
+                    # setting up, staging, judging): the memory may have been theirs. Once more with the whole
+                    # device claimed, so an oom verdict is the candidate's own and the harness's is rare
                     first = res
                     self._give_memory_back()
                     self._alone = True
@@ -1193,6 +1228,9 @@ class DeviceEvaluator:
                     res = res.with_(extra={**res.extra, "rerun_alone": True,
                                            "oom_beside_others": {"error": first.error[:2000],
                                                                  "memory_claim": first.extra.get("memory_claim")}})
+                peak = _device_peak(self.device)
+                if peak is not None:  # the most this process's allocator held during the job, beside its claim
+                    res = res.with_(extra={**res.extra, "trusted_device_peak_bytes": peak})
                 return res
             finally:
                 self._give_memory_back()
@@ -1228,6 +1266,45 @@ class DeviceEvaluator:
 
     #: the longest a job waits for its share of the device's memory before it plans for the fixed share
     MEMORY_WAIT_MAX_S = 300.0
+    #: the longest a job granted its claim waits for the device to have that much memory free
+    PHYSICAL_WAIT_MAX_S = 120.0
+    #: how often it looks
+    PHYSICAL_POLL_S = 0.1
+
+    def _wait_device_free(self, need_bytes: int, give_lock_up: Callable[[], None], wait_s: float) -> float:
+        """Wait until the device has ``need_bytes`` free (``torch.cuda.mem_get_info``, every process counted,
+        this process's allocator cache handed back first), at most ``wait_s`` seconds; then go on whatever
+        is free (the job may still fit, and an out-of-memory on the trusted side is a harness error that
+        ``--resume`` evaluates again). Calls ``give_lock_up`` before the first wait.
+
+        The ledger bounds what the run's slots' jobs claim; this covers memory outside it: the warm-up
+        pool's compiles, a job that used more than its claim, buffers kept from a process that would not
+        die, another run on the device.
+
+        Returns:
+            the seconds waited (0.0 when the memory was free at once or cannot be read).
+        """
+        if need_bytes <= 0 or self.device.type != "cuda":
+            return 0.0
+        t0 = time.monotonic()
+        first = True
+        while True:
+            try:
+                torch.cuda.empty_cache()
+                free, _total = torch.cuda.mem_get_info(self.device)
+            except Exception:  # noqa: BLE001 - unknown: go on
+                return 0.0
+            if free >= need_bytes:
+                return time.monotonic() - t0 if not first else 0.0
+            waited = time.monotonic() - t0
+            if waited >= wait_s:
+                log.warning("the device has %.1f GiB free after %.0f s, this job claimed %.1f GiB; going on",
+                            free / 2**30, waited, need_bytes / 2**30)
+                return waited
+            if first:
+                give_lock_up()
+                first = False
+            time.sleep(self.PHYSICAL_POLL_S)
 
     def _plan_memory(self, ctx: ProblemContext, phase: dict[str, float], baselines: bool = False) -> None:
         """Choose the share of the device's memory this job plans for (its shared input sets and timing
@@ -1241,20 +1318,12 @@ class DeviceEvaluator:
         self._job_claim = 0.0
         led = self.memory_ledger
         if led is not None and self.device.type == "cuda":
-            from .memledger import job_share, memory_need
+            from .memledger import UTIL, job_share, memory_need
 
             total = int(torch.cuda.get_device_properties(self.device).total_memory)
             plan_at = self._planner(ctx, total, baselines=baselines)
             need = memory_need(plan_at, total)
-            released: list[HostDeviceLock] = []
-
-            def give_lock_up() -> None:
-                lk = self._gpu_share
-                if lk is not None:
-                    torch.cuda.synchronize(self.device)
-                    lk.release()
-                    released.append(lk)
-            try:
+            with self._lock_given_up_while_waiting() as give_lock_up:
                 if self._alone:  # a re-run after running out of memory beside others: the whole device
                     self._job_claim, waited, fell = led.claim([1.0], wait_s=self.MEMORY_WAIT_MAX_S,
                                                               fallback=need.claim_of(plan_at(self.memory_share)),
@@ -1264,17 +1333,89 @@ class DeviceEvaluator:
                     share, self._job_claim, waited = job_share(led, need, self.memory_share,
                                                                plan_at(self.memory_share),
                                                                wait_s=self.MEMORY_WAIT_MAX_S, on_wait=give_lock_up)
-            finally:
-                for lk in released:
-                    try:
-                        self._take_shared(lk)
-                    except OSError as e:
-                        self._gpu_share = None
-                        raise RuntimeError(f"taking the device's host lock back failed: {e}") from None
+                physical = self._wait_device_free(int(self._job_claim * UTIL * total), give_lock_up,
+                                                  self.PHYSICAL_WAIT_MAX_S)
+                if physical:
+                    phase["memory_wait_physical"] = phase.get("memory_wait_physical", 0.0) + physical
             if waited > 0:
                 phase["memory_wait"] = phase.get("memory_wait", 0.0) + waited
         self._job_share = share
         ctx.memory_share = share
+
+    @contextlib.contextmanager
+    def _lock_given_up_while_waiting(self) -> Iterator[Callable[[], None]]:
+        """Yields ``give_lock_up()``: called before a wait for memory, it gives up this slot's shared hold on
+        the device's host lock (the other slots' timing windows must go on for their memory to come back);
+        the hold is taken back on leaving. Calling it again does nothing."""
+        released: list[HostDeviceLock] = []
+
+        def give_lock_up() -> None:
+            lk = self._gpu_share
+            if lk is not None and not released:
+                torch.cuda.synchronize(self.device)
+                lk.release()
+                released.append(lk)
+        try:
+            yield give_lock_up
+        finally:
+            for lk in released:
+                try:
+                    self._take_shared(lk)
+                except OSError as e:
+                    self._gpu_share = None
+                    raise RuntimeError(f"taking the device's host lock back failed: {e}") from None
+
+    def _claim_device_alone(self, phase: dict[str, float]) -> None:
+        """Before the problem's reference is set up for a re-run after the trusted side ran out of memory
+        beside other slots' jobs: claim the whole device in the memory ledger and wait for its memory to be
+        free (at most :attr:`MEMORY_WAIT_MAX_S` and :attr:`PHYSICAL_WAIT_MAX_S`). No-op without a ledger."""
+        led = self.memory_ledger
+        if led is None or self.device.type != "cuda":
+            return
+        from .memledger import UTIL
+
+        total = int(torch.cuda.get_device_properties(self.device).total_memory)
+        with self._lock_given_up_while_waiting() as give_lock_up:
+            self._job_claim, waited, _fell = led.claim([1.0], wait_s=self.MEMORY_WAIT_MAX_S, fallback=1.0,
+                                                       on_wait=give_lock_up)
+            waited += self._wait_device_free(int(UTIL * total), give_lock_up, self.PHYSICAL_WAIT_MAX_S)
+        if waited > 0:
+            phase["memory_wait"] = phase.get("memory_wait", 0.0) + waited
+
+    #: a problem whose input set takes at least this many bytes claims memory before its reference is set up
+    SETUP_CLAIM_MIN_BYTES = 256 << 20
+
+    def _claim_for_setup(self, problem: Problem, protocol: Protocol, run_seed: int, phase: dict[str, float]) -> None:
+        """Claim, in the memory ledger, what setting up ``problem``'s reference takes, before it is set up:
+        its input set (sized from meta tensors: nothing drawn) taken as the size of its outputs too, by
+        :meth:`work_nbytes`. Only for sets of :attr:`SETUP_CLAIM_MIN_BYTES` or more whose context is not
+        cached; :meth:`_plan_memory` then replaces the claim with its plan's.
+
+        Without it (H200 session 12) six slots set up 6 GiB references at once: draws the device refused
+        fell back to the host (sets that could then not be drawn again on the device, and host memory enough
+        for the kernel to kill slot workers), and references ran out of memory at set-up."""
+        led = self.memory_ledger
+        if led is None or self.device.type != "cuda" \
+                or (problem.code_sha256, protocol.fingerprint(), run_seed) in self._contexts:
+            return
+        from .memledger import UTIL
+        from .warm import meta_input_nbytes
+
+        try:
+            set_nb = meta_input_nbytes(torch, _exec_problem(problem))
+        except ReferenceError_:
+            return  # reported when the context is set up
+        if set_nb < self.SETUP_CLAIM_MIN_BYTES:
+            return
+        total = int(torch.cuda.get_device_properties(self.device).total_memory)
+        need = self.work_nbytes(set_nb, set_nb, protocol.judge == "fp64-bound")
+        claim = min(1.0, need / (UTIL * total))
+        with self._lock_given_up_while_waiting() as give_lock_up:
+            self._job_claim, waited, _fell = led.claim([claim], wait_s=self.MEMORY_WAIT_MAX_S, fallback=claim,
+                                                       on_wait=give_lock_up)
+            waited += self._wait_device_free(min(need, int(UTIL * total)), give_lock_up, self.PHYSICAL_WAIT_MAX_S)
+        if waited > 0:
+            phase["memory_wait"] = phase.get("memory_wait", 0.0) + waited
 
     def _planner(self, ctx: ProblemContext, total: int, baselines: bool = False) -> Callable[[float], Any]:
         """share -> :class:`.memledger.Plan` for ``ctx``'s problem on this device: the exchange
@@ -1288,6 +1429,7 @@ class DeviceEvaluator:
         out_nb = self._share_out_nbytes(ctx)
         sharing = self._share_ok is not False and ctx.share_places is not None and set_nb > 0
         refs = 0 if ctx.lazy_refs else int(ctx.ref_estimate_bytes)
+        work = self.work_nbytes(set_nb, int(ctx.out_nbytes), ctx.fp64_judge)
 
         def plan_at(share: float) -> Plan:
             cap = int(total * share)
@@ -1295,8 +1437,31 @@ class DeviceEvaluator:
             k = timing_set_count(ctx.protocol.rotate_inputs, ctx.n_correct, set_nb, cap)
             shared = {"all": ctx.n_sets * set_nb + out_nb, "staged": set_nb + out_nb, "files": 0}[ex]
             base = k * set_nb + int(ctx.out_nbytes) if baselines else 0
-            return Plan(ex, k, shared + (2 * k + 1) * set_nb + refs + base)
+            # the timing copies live in the candidate's process while it is timed, the judging's memory while
+            # it is judged (handed back after): the larger of the two, not both
+            return Plan(ex, k, shared + max((2 * k + 1) * set_nb, work) + refs + base)
         return plan_at
+
+    @staticmethod
+    def work_nbytes(set_nbytes: int, out_nbytes: int, fp64_judge: bool) -> int:
+        """The device memory a job uses while it is judged beyond its shared buffers (bytes), counted in its
+        claim in the memory ledger in place of the timing copies where it is larger: the candidate's
+        process (its clone of the set it is called on, its output and as much again of temporaries) and
+        the trusted side's judging (the set drawn again, the reference's output, the candidate's output
+        copied out and, judging against float64, the set's and the output's float64 upcasts).
+
+        For small problems this is far below the ledger's floor; for level 1's 6-8 GiB sets it is tens of
+        GiB. Without it (H200 session 12) six slots' jobs whose claims added up to the ledger's capacity
+        used more than the whole device: the trusted side ran out of memory in 13 of 25 jobs.
+
+        Args:
+            set_nbytes: one input set's bytes; out_nbytes: one set's reference outputs' bytes.
+            fp64_judge: outputs are judged against a float64 evaluation of the reference.
+        """
+        work = 2 * set_nbytes + 3 * out_nbytes
+        if fp64_judge:
+            work += 2 * set_nbytes + 2 * out_nbytes
+        return work
 
     @contextlib.contextmanager
     def _gpu_work(self) -> Iterator[None]:
@@ -1397,11 +1562,18 @@ class DeviceEvaluator:
         static = static_findings(cand.source)
         findings: list[Finding] = list(static)
         phase: dict[str, float] = {}
+        if self._alone:
+            self._claim_device_alone(phase)
+        else:
+            self._claim_for_setup(job.problem, protocol, job.run_seed, phase)
         try:
             ctx = self.context(job.problem, protocol, job.run_seed)
         except ReferenceError_ as e:
+            # out of device memory setting the reference up: the harness's failure (harness_error)
             return EvalResult(Outcome.RUNTIME_ERROR, error=f"reference failed: {e}", findings=tuple(findings),
-                              device=str(self.device), extra={"reference_error": True})
+                              device=str(self.device),
+                              extra={"reference_error": True,
+                                     **({"harness_error": True, "trusted_oom": True} if e.oom else {})})
         phase["reference"] = ctx.setup_s
         modes = ["eager", f"compile:{protocol.compile_mode}"]
         known = dict(job.baselines)
@@ -1416,6 +1588,12 @@ class DeviceEvaluator:
             res = self._run_candidate(job, ctx, jobdir, findings, phase, alternate=alternate, measured=measured)
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
+        if res.extra.get("share_failed") and "out of memory" in res.error and self.memory_ledger is not None \
+                and not self._alone:
+            # mapping failed for want of device memory beside other slots' jobs: the harness's, evaluated again
+            # with the device to itself (evaluate) rather than through files, whose copies of a level-1
+            # problem's sets in host memory, six slots at a time, got slot workers killed (H200 session 12)
+            return res.with_(extra={**res.extra, "harness_error": True, "trusted_oom": True})
         if res.extra.get("share_failed"):
             # the candidate's process could not map the shared buffers before any of its code ran (the
             # trusted side's own record, not text the candidate wrote): the candidate runs again with files,
@@ -1653,7 +1831,9 @@ class DeviceEvaluator:
             if not isinstance(d, dict):
                 raise TensorFormatError("bad output description")
             if "file" in d:
-                t = read_tensor(d, jobdir / "outputs", device=self.device)  # staged onto a GPU in chunks
+                # staged onto a GPU in chunks
+                t = self._trusted_copy(lambda: read_tensor(d, jobdir / "outputs", device=self.device),
+                                       "reading the candidate's output file")
                 os.unlink(jobdir / "outputs" / d["file"])
                 outs.append(t)
             elif "shared" in d:
@@ -1689,9 +1869,30 @@ class DeviceEvaluator:
         if off + n > buf.nbytes:
             raise TensorFormatError(f"a shared output of {n} bytes at {off} overruns the buffer ({buf.nbytes} bytes)")
         try:
-            return buf.tensor[off:off + n].view(dtype).reshape(shape).clone()
+            view = buf.tensor[off:off + n].view(dtype).reshape(shape)
         except Exception as e:  # noqa: BLE001 - a shape torch refuses (too many elements, say)
             raise TensorFormatError(f"bad shared output description {d!r}: {e}") from None
+        return self._trusted_copy(view.clone, "copying the candidate's output out of the shared buffer")
+
+    def _trusted_copy(self, fn: Callable[[], Any], what: str) -> Any:
+        """``fn()`` (an allocation on the trusted side for a well-formed request of the candidate's), tried
+        once more with the allocator's cache handed back where the device is out of memory.
+
+        Raises:
+            ReferenceError_: out of device memory still (``oom``): the harness's failure (beside this or
+                another slot's job), not a protocol violation or an oom of the candidate's (H200 session 12:
+                a 6 GiB output copy refused beside five other slots was recorded as a ``cheat``).
+        """
+        for attempt in (0, 1):
+            try:
+                return fn()
+            except Exception as e:  # noqa: BLE001 - torch.OutOfMemoryError, or the driver's AcceleratorError
+                if not _device_oom(e):
+                    raise
+                if attempt or self.device.type != "cuda":
+                    raise ReferenceError_(f"out of device memory {what}: {type(e).__name__}: {str(e)[:300]}",
+                                          oom=True) from None
+                torch.cuda.empty_cache()
 
     def _run_candidate(self, job: EvalJob, ctx: ProblemContext, jobdir: Path, findings: list[Finding],
                        phase: dict[str, float], *, alternate: list[str] | None = None,
@@ -1888,7 +2089,9 @@ class DeviceEvaluator:
                           "timing_sets": len(ctx.timing_sets),
                           "profile": profile, "timing_info": {k: v for k, v in tinfo.items() if k != "synced_ms"},
                           "timing_windows": timing_windows,
-                          "peak_rss_bytes": h.peak_rss_bytes})
+                          "peak_rss_bytes": h.peak_rss_bytes,
+                          "candidate_device_peak_bytes": done.get("device_peak_bytes")
+                          if isinstance(done.get("device_peak_bytes"), int) else None})
             return self._finish(h, res.with_(extra=extra), jobdir)
         except ReferenceError_ as e:
             # the trusted side failed judging (a lazy reference evaluated at comparison): as when the

@@ -127,7 +127,7 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
         # the model is made on the host, holding nothing
         torch.manual_seed(seed)
         model = mod.Model(*mod.get_init_inputs())
-        if key and _input_nbytes(torch, mod) >= BIG_INPUT_BYTES:
+        if key and meta_input_nbytes(torch, mod) >= BIG_INPUT_BYTES:
             # before drawing them: warm-ups with GiB of inputs run one at a time on the device
             out["_alone_wait_s"] = alone.enter_context(_alone_on_device(key))
         torch.manual_seed(seed + 1)
@@ -180,7 +180,7 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
 BIG_INPUT_BYTES = 1 << 30
 
 
-def _input_nbytes(torch: Any, mod: Any) -> int:
+def meta_input_nbytes(torch: Any, mod: Any) -> int:
     """Bytes of the tensors the problem module's ``get_inputs()`` returns, drawn as meta tensors (no
     memory, no random numbers); -1 when that fails (a problem that builds its inputs some other way)."""
     try:

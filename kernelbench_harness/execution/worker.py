@@ -180,6 +180,18 @@ def _flatten(x: Any) -> list[Any]:
     return [x]
 
 
+def _device_peak_bytes() -> int | None:
+    """The most device memory this process's allocator held (``torch.cuda.max_memory_reserved``), or None
+    without CUDA in use here. Reported for the trusted side's memory figures only (the candidate's code
+    could change it; nothing is decided on it)."""
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return int(torch.cuda.max_memory_reserved())
+    except Exception:  # noqa: BLE001 - a figure, not a check
+        pass
+    return None
+
+
 def _classify_exception(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}"
     if _isinstance(e, MemoryError) or "out of memory" in text.lower() or type(e).__name__ == "OutOfMemoryError":
@@ -838,7 +850,7 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
             elif c == "finish":
                 j.check_integrity("at the end")
                 j.send({"event": "done", "phase_s": j.phase_s, "build": j.record.to_dict(),
-                        "triton": dict(j.launches.names)})
+                        "triton": dict(j.launches.names), "device_peak_bytes": _device_peak_bytes()})
                 return 0
             else:
                 return 0

@@ -25,7 +25,8 @@ def _ctx(set_gib: float, out_gib: float, *, lazy: bool = True, refs_gib: float =
     """What DeviceEvaluator._planner reads of a ProblemContext (kbench: 5 correctness sets + 1, rotate 3)."""
     return SimpleNamespace(n_sets=6, share_set_nbytes=int(set_gib * GIB), share_places=[{}],
                            out_nbytes=int(out_gib * GIB), lazy_refs=lazy, ref_estimate_bytes=int(refs_gib * GIB),
-                           protocol=SimpleNamespace(rotate_inputs=3), n_correct=5, memory_share=1.0)
+                           protocol=SimpleNamespace(rotate_inputs=3), n_correct=5, memory_share=1.0,
+                           fp64_judge=True)
 
 
 def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
@@ -34,8 +35,12 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
     slot = SimpleNamespace(memory_share=share, memory_ledger=ledger, device=torch.device("cuda:0"), _gpu_share=None,
                            SHARE_MAX_FRACTION=DeviceEvaluator.SHARE_MAX_FRACTION, MEMORY_WAIT_MAX_S=10.0,
                            _share_ok=share_ok, _take_shared=lambda lk: None, _alone=False,
-                           _share_out_nbytes=DeviceEvaluator._share_out_nbytes)
+                           _share_out_nbytes=DeviceEvaluator._share_out_nbytes,
+                           work_nbytes=DeviceEvaluator.work_nbytes, PHYSICAL_WAIT_MAX_S=10.0, PHYSICAL_POLL_S=0.01)
     slot._planner = lambda ctx, total, baselines=False: DeviceEvaluator._planner(slot, ctx, total, baselines)
+    slot._wait_device_free = lambda need, give, wait: DeviceEvaluator._wait_device_free(slot, need, give, wait)
+    slot._lock_given_up_while_waiting = lambda: DeviceEvaluator._lock_given_up_while_waiting(slot)
+    slot._claim_device_alone = lambda phase: DeviceEvaluator._claim_device_alone(slot, phase)
     return slot
 
 
@@ -80,7 +85,8 @@ def test_sets_too_large_to_share_still_claim_their_timing_copies():
     # sharing switched off (or unavailable): no shared buffers are claimed, only the copies
     off, _ = _need(_ctx(6.0, 6.0), share_ok=False)
     assert off.high_plan.exchange == "files"
-    assert off.high_plan.nbytes == (2 * off.high_plan.timing_sets + 1) * 6 * GIB
+    work = DeviceEvaluator.work_nbytes(6 * GIB, 6 * GIB, True)
+    assert off.high_plan.nbytes == max((2 * off.high_plan.timing_sets + 1) * 6 * GIB, work)
     with pytest.raises(ValueError):
         memory_need(plan_at, 0)
 
@@ -91,16 +97,19 @@ def test_stored_references_are_part_of_every_plan():
     assert stored.high_plan.nbytes == lazy.high_plan.nbytes + 3 * GIB
 
 
-def test_a_large_job_gets_its_best_plan_beside_small_ones_and_a_second_waits(tmp_path):
+def test_a_large_job_gets_its_least_shared_plan_beside_small_ones_and_a_second_waits(tmp_path):
     slots = _ledgers(6, tmp_path)
     small, _ = _need(_ctx(0.01, 0.01))
     for led in slots[:4]:  # four small jobs: each plans for 1/6 and claims the floor
         share, claim, waited = job_share(led, small, 1 / 6, small.high_plan, wait_s=1.0)
         assert share == pytest.approx(1 / 6) and claim == pytest.approx(MemoryLedger.FLOOR) and waited == 0.0
     big, plan_at = _need(_ctx(6.0, 6.0))
+    # its best plan (every set shared) with its judging needs nearly the whole device (H200 session 12: a
+    # trusted process of such a job held 71 GiB); beside the small ones it gets the staged plan
+    assert big.high_claim > 1.0 - 4 * MemoryLedger.FLOOR > big.low_claim
     share, claim, waited = job_share(slots[4], big, 1 / 6, plan_at(1 / 6), wait_s=1.0)
-    assert share == big.high_share and claim == big.high_claim and waited == 0.0
-    assert plan_at(share).exchange != "files"  # through shared memory instead of files
+    assert share == big.low_share and claim == big.low_claim and waited == 0.0
+    assert plan_at(share).exchange == "staged"  # through shared memory instead of files
     # a second large job: no room for either of its plans now; it becomes the one waiting
     assert slots[5].try_claim([big.high_claim, big.low_claim]) is None
     assert int(slots[5].pending[0]) == 5
@@ -114,8 +123,33 @@ def test_a_large_job_gets_its_best_plan_beside_small_ones_and_a_second_waits(tmp
     # once the first large job is done the waiting one is granted, and the turnstile opens
     slots[4].release()
     got = slots[5].try_claim([big.high_claim, big.low_claim])
-    assert got == big.high_claim and int(slots[5].pending[0]) == -1
+    assert got == big.low_claim and int(slots[5].pending[0]) == -1
     assert sum(slots[0].claims[:]) <= MemoryLedger.CAPACITY + 1e-9
+    # alone on the device it gets its best plan
+    for led in slots[1:4]:
+        led.release()
+    slots[5].release()
+    assert slots[5].try_claim([big.high_claim, big.low_claim]) == big.high_claim
+
+
+def test_a_claim_counts_the_judging_or_the_timing_copies_whichever_is_larger():
+    slot = _slot()
+    # output-heavy: judging (the outputs and their float64 upcasts) outweighs three timing copies
+    ctx = _ctx(1.0, 4.0)
+    plan = slot._planner(ctx, H200)(1.0)
+    set_nb, out_nb = ctx.share_set_nbytes, DeviceEvaluator._share_out_nbytes(ctx)
+    work = DeviceEvaluator.work_nbytes(set_nb, ctx.out_nbytes, True)
+    assert work > (2 * plan.timing_sets + 1) * set_nb
+    assert plan.nbytes == 6 * set_nb + out_nb + work
+    # a reduction (small output) without a float64 judge: the timing copies are the larger
+    ctx = _ctx(1.0, 0.001)
+    ctx.fp64_judge = False
+    plan = slot._planner(ctx, H200)(1.0)
+    assert DeviceEvaluator.work_nbytes(ctx.share_set_nbytes, ctx.out_nbytes, False) < 7 * ctx.share_set_nbytes
+    assert plan.nbytes == 6 * ctx.share_set_nbytes + DeviceEvaluator._share_out_nbytes(ctx) \
+        + (2 * plan.timing_sets + 1) * ctx.share_set_nbytes
+    # the float64 judge's upcasts are counted only with it
+    assert DeviceEvaluator.work_nbytes(GIB, GIB, True) - DeviceEvaluator.work_nbytes(GIB, GIB, False) == 4 * GIB
 
 
 def test_the_least_shared_plan_when_only_it_fits(tmp_path):
@@ -130,7 +164,7 @@ def test_the_fixed_shares_plan_is_offered_when_it_beats_the_least_shared_one(tmp
     # 2 GiB sets, three slots: at 1/3 every set is shared with two timing sets; the least shared plan is
     # one staged set and one timing set. Under contention the job must not get less than 1/N gave it.
     a, b = _ledgers(2, tmp_path)
-    need, plan_at = _need(_ctx(2.0, 2.0))
+    need, plan_at = _need(_ctx(2.0, 0.1))  # a reduction-like output: the timing copies dominate the claims
     fixed = plan_at(1 / 3)
     assert fixed.rank > need.low_plan.rank and need.high_share > 1 / 3
     a.claim([1.0 - need.claim_of(fixed)], wait_s=0.1, fallback=0.0)  # room for the fixed plan, not the best
@@ -349,3 +383,150 @@ def test_an_oom_beside_other_slots_is_evaluated_again_with_the_whole_device(monk
     # a host memory limit (the candidate's own resident memory) is not run again
     slot._evaluate = lambda job: EvalResult(Outcome.OOM, error="resident memory over the limit")
     assert "rerun_alone" not in devmod.DeviceEvaluator.evaluate(slot, object()).extra
+
+
+def test_a_trusted_side_allocation_that_runs_out_is_a_harness_oom_not_a_protocol_violation(monkeypatch):
+    """H200 session 12: copying a candidate's 6 GiB output out of the shared buffer ran out of memory beside
+    five other slots' jobs and was recorded as a ``cheat`` (a bad output description)."""
+    import torch
+
+    from kernelbench_harness.execution import device as devmod
+
+    slot = SimpleNamespace(device=torch.device("cuda:0"))
+    emptied: list[int] = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    calls: list[int] = []
+
+    def oom_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
+        return "copied"
+    assert devmod.DeviceEvaluator._trusted_copy(slot, oom_once, "copying") == "copied" and emptied == [1]
+
+    class AcceleratorError(RuntimeError):  # what the driver's cudaErrorMemoryAllocation surfaces as
+        pass
+
+    def always(e):
+        def fn():
+            raise e
+        return fn
+    for err in (torch.OutOfMemoryError("CUDA out of memory"), AcceleratorError("CUDA error: out of memory")):
+        with pytest.raises(devmod.ReferenceError_) as info:
+            devmod.DeviceEvaluator._trusted_copy(slot, always(err), "copying the candidate's output")
+        assert info.value.oom and "out of device memory copying the candidate's output" in str(info.value)
+    # anything else is not the harness's memory: it goes on as before (a bad shape is the candidate's)
+    with pytest.raises(ValueError):
+        devmod.DeviceEvaluator._trusted_copy(slot, always(ValueError("shape")), "copying")
+    assert not devmod._device_oom(AcceleratorError("CUDA error: an illegal memory access"))
+
+
+def test_a_job_waits_for_the_devices_memory_to_be_free_with_the_lock_given_up(monkeypatch, caplog):
+    """The ledger bounds the slots' claims; memory outside it (the warm-up pool's compiles, buffers of a
+    process that would not die, another run) is waited out before the job sets its buffers up."""
+    import torch
+
+    from kernelbench_harness.execution import device as devmod
+
+    free = [10 * GIB, 10 * GIB, 50 * GIB]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (free.pop(0) if len(free) > 1 else free[0], H200))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    slot = _slot()
+    given: list[int] = []
+    waited = devmod.DeviceEvaluator._wait_device_free(slot, 40 * GIB, lambda: given.append(1), 5.0)
+    assert waited > 0 and given == [1]
+    # free at once: no wait, the lock kept
+    given.clear()
+    assert devmod.DeviceEvaluator._wait_device_free(slot, 40 * GIB, lambda: given.append(1), 5.0) == 0.0
+    assert given == []
+    # never free: goes on after the wait, saying so
+    free[:] = [1 * GIB]
+    with caplog.at_level("WARNING"):
+        waited = devmod.DeviceEvaluator._wait_device_free(slot, 40 * GIB, lambda: given.append(1), 0.2)
+    assert waited >= 0.2 and given == [1] and "going on" in caplog.text
+    # on a CPU nothing is waited for
+    slot.device = torch.device("cpu")
+    assert devmod.DeviceEvaluator._wait_device_free(slot, 40 * GIB, lambda: given.append(1), 5.0) == 0.0
+
+
+def test_a_trusted_side_oom_beside_other_slots_is_evaluated_again_with_the_device_claimed_first(monkeypatch,
+                                                                                                  tmp_path):
+    """The trusted side running out of device memory (setting the reference up, staging, judging) beside
+    other slots' jobs is the harness's: the job is evaluated again with the whole device claimed before the
+    reference is set up, and with its memory free."""
+    import contextlib
+
+    import torch
+
+    from kernelbench_harness.core import EvalResult, Outcome
+    from kernelbench_harness.execution import device as devmod
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=H200))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (H200, H200))
+    a, b = _ledgers(2, tmp_path)
+    slot = _slot(0.5, b)
+    slot._gpu_work = contextlib.nullcontext
+    slot._give_memory_back = lambda: devmod.DeviceEvaluator._give_memory_back(slot)
+    seen: list[tuple[bool, float]] = []
+
+    def evaluate(job):
+        phase: dict[str, float] = {}
+        if slot._alone:
+            slot._claim_device_alone(phase)  # as _evaluate does before the reference is set up
+        seen.append((slot._alone, b.claims[1]))
+        if len(seen) == 1:
+            return EvalResult(Outcome.RUNTIME_ERROR, error="reference failed: out of memory",
+                              extra={"reference_error": True, "harness_error": True, "trusted_oom": True})
+        return EvalResult(Outcome.CORRECT)
+    slot._evaluate = evaluate
+    a.claim([0.3], wait_s=0.1, fallback=0.3)  # the other slot's job, done shortly
+    import threading
+
+    threading.Timer(0.2, a.release).start()
+    res = devmod.DeviceEvaluator.evaluate(slot, object())
+    assert res.outcome is Outcome.CORRECT and res.extra["rerun_alone"] is True
+    assert seen == [(False, 0.0), (True, 1.0)]  # claimed the whole device once the other job was done
+    assert list(b.claims[:]) == [0.0, 0.0] and slot._alone is False
+
+
+def test_a_large_problem_claims_its_set_up_before_the_reference_is_set_up(monkeypatch, tmp_path):
+    """The claim for setting a large problem's reference up is made before anything is drawn (its input
+    sizes from meta tensors); a small problem, or one whose context is cached, claims nothing then."""
+    import torch
+
+    from kernelbench_harness.core import Problem
+    from kernelbench_harness.execution import device as devmod
+    from kernelbench_harness.protocols import get_protocol
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=H200))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (H200, H200))
+    code = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+            "def get_inputs():\n    return [torch.rand(4096, N)]\ndef get_init_inputs():\n    return []\n")
+    big = Problem(1, 951, "Big_test", code.replace("N", "393216"))  # 6 GiB of float32
+    small = Problem(1, 952, "Small_test", code.replace("N", "16"))
+    a, b = _ledgers(2, tmp_path)
+    slot = _slot(0.5, b)
+    slot._contexts = {}
+    slot.SETUP_CLAIM_MIN_BYTES = DeviceEvaluator.SETUP_CLAIM_MIN_BYTES
+    protocol = get_protocol("kbench")
+    phase: dict[str, float] = {}
+    DeviceEvaluator._claim_for_setup(slot, big, protocol, 7, phase)
+    want = DeviceEvaluator.work_nbytes(6 * GIB, 6 * GIB, True) / (UTIL * H200)
+    assert b.claims[1] == pytest.approx(want) and slot._job_claim == pytest.approx(want) and not phase
+    b.release()
+    DeviceEvaluator._claim_for_setup(slot, small, protocol, 7, phase)
+    assert b.claims[1] == 0.0
+    # another slot's job holds most of the device: the set-up waits for it
+    a.claim([0.9], wait_s=0.1, fallback=0.9)
+    threading.Timer(0.3, a.release).start()
+    DeviceEvaluator._claim_for_setup(slot, big, protocol, 7, phase)
+    assert phase["memory_wait"] > 0.2 and b.claims[1] == pytest.approx(want)
+    b.release()
+    # cached context: nothing to set up
+    slot._contexts = {(big.code_sha256, protocol.fingerprint(), 7): object()}
+    DeviceEvaluator._claim_for_setup(slot, big, protocol, 7, {})
+    assert b.claims[1] == 0.0

@@ -326,8 +326,8 @@ def test_input_bytes_are_known_before_the_inputs_are_drawn():
     from kernelbench_harness.execution import warm
 
     big = types.SimpleNamespace(get_inputs=lambda: [torch.rand(1 << 28), torch.randint(0, 3, (4,)), 7])
-    assert warm._input_nbytes(torch, big) == (1 << 30) + 4 * 8  # a GiB of float32, not allocated here
+    assert warm.meta_input_nbytes(torch, big) == (1 << 30) + 4 * 8  # a GiB of float32, not allocated here
 
     def odd():
         return [torch.rand(4) * torch.rand(1).item()]  # a meta tensor has no value to read
-    assert warm._input_nbytes(torch, types.SimpleNamespace(get_inputs=odd)) == -1
+    assert warm.meta_input_nbytes(torch, types.SimpleNamespace(get_inputs=odd)) == -1
