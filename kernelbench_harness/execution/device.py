@@ -1315,7 +1315,7 @@ class DeviceEvaluator:
         copies of the timing sets count). Sets ``ctx.memory_share``; adds ``memory_wait`` (s) to ``phase``
         when it waited."""
         share = self.memory_share
-        self._job_claim = 0.0
+        held, self._job_claim = self._job_claim, 0.0
         led = self.memory_ledger
         if led is not None and self.device.type == "cuda":
             from .memledger import UTIL, job_share, memory_need
@@ -1323,6 +1323,13 @@ class DeviceEvaluator:
             total = int(torch.cuda.get_device_properties(self.device).total_memory)
             plan_at = self._planner(ctx, total, baselines=baselines)
             need = memory_need(plan_at, total)
+            if held > 0 and not self._alone:
+                # the set-up's claim (_claim_for_setup) goes back before the plan's is asked for: a job that
+                # held it while waiting for a larger one could wait on another doing the same (H200
+                # session 12: two slots, each holding its set-up claim, waited for each other until the run
+                # was cut). The reference's set-up temporaries go back with it.
+                torch.cuda.empty_cache()
+                led.release()
             with self._lock_given_up_while_waiting() as give_lock_up:
                 if self._alone:  # a re-run after running out of memory beside others: the whole device
                     self._job_claim, waited, fell = led.claim([1.0], wait_s=self.MEMORY_WAIT_MAX_S,

@@ -121,7 +121,23 @@ def memory_need(plan_at: Callable[[float], Plan], total_bytes: int) -> MemoryNee
     """
     if total_bytes <= 0:
         raise ValueError("memory_need: total_bytes must be positive")
+
+    def fits(p: Plan) -> bool:  # its bytes within UTIL of the device (a claim of at most 1.0, uncapped)
+        return p.nbytes <= UTIL * total_bytes
+
     best = plan_at(1.0)
+    if not fits(best):
+        # the best plan the device holds: the best of the largest share whose plan still fits (plans grow
+        # with the share); where even the least shared plan does not, that one (claiming the whole device)
+        lo, hi = 1.0 / total_bytes, 1.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if fits(plan_at(mid)):
+                lo = mid
+            else:
+                hi = mid
+        if fits(plan_at(lo)) and plan_at(lo).exchange != "files":
+            best = plan_at(lo)
 
     def smallest(ok: Callable[[Plan], bool]) -> float:
         lo, hi = 1.0 / total_bytes, 1.0  # ok(plan_at(hi)) holds; below one byte the planner sees no limit

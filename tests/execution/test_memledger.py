@@ -34,7 +34,7 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
 
     slot = SimpleNamespace(memory_share=share, memory_ledger=ledger, device=torch.device("cuda:0"), _gpu_share=None,
                            SHARE_MAX_FRACTION=DeviceEvaluator.SHARE_MAX_FRACTION, MEMORY_WAIT_MAX_S=10.0,
-                           _share_ok=share_ok, _take_shared=lambda lk: None, _alone=False,
+                           _share_ok=share_ok, _take_shared=lambda lk: None, _alone=False, _job_claim=0.0,
                            _share_out_nbytes=DeviceEvaluator._share_out_nbytes,
                            work_nbytes=DeviceEvaluator.work_nbytes, PHYSICAL_WAIT_MAX_S=10.0, PHYSICAL_POLL_S=0.01)
     slot._planner = lambda ctx, total, baselines=False: DeviceEvaluator._planner(slot, ctx, total, baselines)
@@ -530,3 +530,42 @@ def test_a_large_problem_claims_its_set_up_before_the_reference_is_set_up(monkey
     slot._contexts = {(big.code_sha256, protocol.fingerprint(), 7): object()}
     DeviceEvaluator._claim_for_setup(slot, big, protocol, 7, {})
     assert b.claims[1] == 0.0
+
+
+def test_the_best_plan_is_the_best_whose_claim_fits_the_device():
+    """H200 session 12: L1/24 (6 GiB sets and output, baselines timed) was given every set shared and two
+    timing sets, a plan whose bytes were over the device's UTIL (claim capped at 1.0): 107 GiB used."""
+    slot = _slot()
+    plan_at = slot._planner(_ctx(6.0, 6.0), H200, baselines=True)
+    assert plan_at(1.0).nbytes > UTIL * H200  # every set shared: does not fit with its judging
+    need = memory_need(plan_at, H200)
+    assert need.high_plan.nbytes <= UTIL * H200 and need.high_claim <= 1.0
+    assert need.high_plan.exchange == "staged" and plan_at(need.high_share) == need.high_plan
+    # nothing fits: the least shared plan, claiming the whole device
+    huge = memory_need(slot._planner(_ctx(20.0, 20.0), H200, baselines=True), H200)
+    assert huge.low_claim == 1.0 and huge.high_plan.exchange != "files"
+
+
+def test_a_jobs_set_up_claim_goes_back_before_it_waits_for_its_plans(monkeypatch, tmp_path):
+    """No job holds memory while it waits for more: the set-up's claim is given back first."""
+    import torch
+
+    from kernelbench_harness.execution import device as devmod
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=H200))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    a, b = _ledgers(2, tmp_path)
+    slot = _slot(0.5, b)
+    ctx = _ctx(6.0, 6.0)
+    need, _ = _need(ctx)
+    b.claim([0.3], wait_s=0.1, fallback=0.3)  # its set-up claim
+    slot._job_claim = 0.3
+    a.claim([1.0 - need.low_claim + 0.05], wait_s=0.1, fallback=0.0)  # no room for either plan now
+    held_while_waiting: list[float] = []
+    threading.Timer(0.15, lambda: held_while_waiting.append(b.claims[1])).start()
+    threading.Timer(0.3, a.release).start()
+    phase: dict[str, float] = {}
+    devmod.DeviceEvaluator._plan_memory(slot, ctx, phase)
+    assert held_while_waiting == [0.0] and phase["memory_wait"] > 0.2
+    assert b.claims[1] == slot._job_claim == need.high_claim
