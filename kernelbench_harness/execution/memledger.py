@@ -11,13 +11,19 @@ Two quantities per job, both fractions of the device's total memory:
 
 - the **share** it plans for: what :func:`.device.share_plan` and :func:`.device.timing_set_count` are
   given (as before, where every slot's share was 1/N);
-- the **claim**: the bytes that plan really sets aside (shared sets and output buffer, two timing copies of
-  each timed set plus one, stored references) over ``UTIL`` of the device. Under the fixed shares no
-  slot's plan set aside more than ``UTIL`` of its share, so N claims of 1/N filled the device exactly;
-  a plan that must take more than its share (one timing set always, even a 16 GiB one) claims it too.
+- the **claim**: the bytes that plan really uses (shared sets and output buffer, stored references, and
+  the larger of the timing copies, two of each timed set plus one, and the judging's memory,
+  :meth:`.device.DeviceEvaluator.work_nbytes`) over ``UTIL`` of the device. A plan that must take more than
+  its share (one timing set always, even a 16 GiB one) claims it too. Before the judging was counted, six
+  slots' claims fitted the device while their jobs used more than all of it (H200 session 12).
+
+A large problem also claims, before its reference is set up, what the set-up takes (sized from meta tensors);
+that claim goes back before the plan's is asked for, so that no job holds memory while it waits for more.
+After a claim is granted the job waits for the device to have that much free (memory outside the ledger:
+the warm-up pool, another run).
 
 :func:`memory_need` finds, with the planner's own functions, the smallest share that gives the best plan
-the device allows (``high``) and the smallest that still passes the sets through shared device memory
+the device allows, the best whose bytes fit in ``UTIL`` of it (``high``) and the smallest that still passes the sets through shared device memory
 (``low``: one staged set, one timing set), with each plan's claim. A job then:
 
 - plans for the fixed 1/N and claims only its need when its best plan fits in 1/N (small problems: the

@@ -497,7 +497,6 @@ def test_a_large_problem_claims_its_set_up_before_the_reference_is_set_up(monkey
     import torch
 
     from kernelbench_harness.core import Problem
-    from kernelbench_harness.execution import device as devmod
     from kernelbench_harness.protocols import get_protocol
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=H200))
