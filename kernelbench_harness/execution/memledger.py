@@ -131,29 +131,29 @@ def memory_need(plan_at: Callable[[float], Plan], total_bytes: int) -> MemoryNee
     def fits(p: Plan) -> bool:  # its bytes within UTIL of the device (a claim of at most 1.0, uncapped)
         return p.nbytes <= UTIL * total_bytes
 
-    best = plan_at(1.0)
-    if not fits(best):
-        # the best plan the device holds: the best of the largest share whose plan still fits (plans grow
-        # with the share); where even the least shared plan does not, that one (claiming the whole device)
+    def boundary(ok: Callable[[Plan], bool]) -> tuple[float, float]:
+        """``(lo, hi)``, 2**-40 apart: ``ok`` fails at ``lo`` and holds at ``hi`` (``ok`` holds from some share
+        on); below one byte the planner sees no limit."""
         lo, hi = 1.0 / total_bytes, 1.0
-        for _ in range(40):
-            mid = (lo + hi) / 2
-            if fits(plan_at(mid)):
-                lo = mid
-            else:
-                hi = mid
-        if fits(plan_at(lo)) and plan_at(lo).exchange != "files":
-            best = plan_at(lo)
-
-    def smallest(ok: Callable[[Plan], bool]) -> float:
-        lo, hi = 1.0 / total_bytes, 1.0  # ok(plan_at(hi)) holds; below one byte the planner sees no limit
         for _ in range(40):
             mid = (lo + hi) / 2
             if ok(plan_at(mid)):
                 hi = mid
             else:
                 lo = mid
-        return hi
+        return lo, hi
+
+    def smallest(ok: Callable[[Plan], bool]) -> float:
+        return boundary(ok)[1]
+
+    best = plan_at(1.0)
+    if not fits(best):
+        # the best plan the device holds: the plan of the largest share whose plan still fits (plans grow
+        # with the share); where only files fit, or nothing does, the best plan still (claiming the whole
+        # device: alone on it rather than through files)
+        top = plan_at(boundary(lambda p: not fits(p))[0])
+        if fits(top) and top.exchange != "files":
+            best = top
 
     high_share = smallest(lambda p: p.rank >= best.rank)
     if best.exchange == "files":
