@@ -85,6 +85,28 @@ def planned_memory(device: torch.device, share: float) -> int:
     return int(torch.cuda.get_device_properties(device).total_memory * share)
 
 
+class OutputTooLarge:
+    """Stands for a candidate's output when its outputs for one call describe more bytes than the limit
+    (:meth:`DeviceEvaluator._read_outputs`): not a tensor, so the comparison fails on it."""
+
+    def __init__(self, nbytes: int, limit: int) -> None:
+        self.nbytes, self.limit = nbytes, limit
+
+    def __repr__(self) -> str:
+        return f"<outputs of {self.nbytes} bytes, over the limit of {self.limit} bytes>"
+
+
+def _described_nbytes(d: Any) -> int:
+    """Bytes of one output description's tensor (a file or the shared buffer); 0 for other values and
+    descriptions too malformed to size (reading them reports those)."""
+    if not isinstance(d, dict) or not ("file" in d or "shared" in d):
+        return 0
+    try:
+        return nbytes_of(DTYPES[str(d["dtype"])], [max(0, int(x)) for x in d["shape"]][:64])
+    except Exception:  # noqa: BLE001 - reported when read
+        return 0
+
+
 def _device_oom(e: BaseException) -> bool:
     """Whether ``e`` is the device running out of memory: ``torch.OutOfMemoryError``, or a CUDA error the
     driver reports as out of memory (``cudaErrorMemoryAllocation`` through ``torch.AcceleratorError``)."""
@@ -848,6 +870,8 @@ class DeviceEvaluator:
         self._job_share = self.memory_share  # the share the current job plans for (_plan_memory)
         self._job_claim = 0.0  # and its claim in the memory ledger (0.0 without one)
         self._alone = False  # the current job claims the whole device (a re-run after an oom beside others)
+        self._alone_fell = False  # ... but took it after its wait ran out, whatever the others held
+        self._out_limit_bytes: int | None = None  # the most bytes the current job's outputs may describe
         self.device = torch.device(device if device != "cuda" else "cuda:0")
         self.timing_lock = timing_lock
         self.physical_device = physical_device or str(self.device)
@@ -1220,14 +1244,13 @@ class DeviceEvaluator:
                     # device claimed, so an oom verdict is the candidate's own and the harness's is rare
                     first = res
                     self._give_memory_back()
-                    self._alone = True
+                    self._alone, self._alone_fell = True, False
+                    _device_peak(self.device, reset=True)
                     try:
                         res = self._evaluate(job)
+                        res = self._alone_verdict(first, res)
                     finally:
                         self._alone = False
-                    res = res.with_(extra={**res.extra, "rerun_alone": True,
-                                           "oom_beside_others": {"error": first.error[:2000],
-                                                                 "memory_claim": first.extra.get("memory_claim")}})
                 peak = _device_peak(self.device)
                 if peak is not None:  # the most this process's allocator held during the job, beside its claim
                     res = res.with_(extra={**res.extra, "trusted_device_peak_bytes": peak})
@@ -1235,6 +1258,36 @@ class DeviceEvaluator:
             finally:
                 self._give_memory_back()
                 self._job_share = self.memory_share
+
+    def _alone_verdict(self, first: EvalResult, res: EvalResult) -> EvalResult:
+        """The result of a re-run with the whole device claimed (``res``) after ``first`` ran out of device
+        memory beside other slots' jobs, while the claim is still held.
+
+        - Where another slot held a claim meanwhile (its wait for memory ran out, or this one's did), the
+          re-run was not alone: an out-of-memory in it stays the harness's (``harness_error``, evaluated
+          again on resume).
+        - Otherwise the trusted side running out while the candidate's process was alive is the
+          candidate's ``oom``: it had the device to itself, and a harness error would be evaluated again on
+          every resume without a verdict (a candidate could hold memory on purpose). Running out setting
+          the reference up, before any candidate code ran, stays the reference's failure.
+        - Findings of the first run are kept (a cheat found before it ran out is not forgotten).
+        """
+        overcommitted = self._alone_fell or (self.memory_ledger is not None and self.memory_ledger.others() > 1e-9)
+        extra = dict(res.extra)
+        extra.update({"rerun_alone": True,
+                      "oom_beside_others": {"error": first.error[:2000], "memory_claim": first.extra.get("memory_claim")}})
+        outcome, error = res.outcome, res.error
+        if overcommitted and (outcome is Outcome.OOM or extra.get("trusted_oom")):
+            extra.update({"harness_error": True, "rerun_not_alone": True})
+        elif extra.get("trusted_oom") and extra.get("phase") not in (None, "start", "build"):
+            extra.pop("harness_error", None)
+            extra["trusted_oom_alone"] = True
+            outcome = Outcome.OOM
+            error = ("the trusted side ran out of device memory while the candidate's process ran, with the "
+                     f"device claimed for this candidate alone: {error}")
+        seen = {(f.check, f.message) for f in res.findings}
+        findings = tuple(res.findings) + tuple(f for f in first.findings if (f.check, f.message) not in seen)
+        return res.with_(outcome=outcome, error=error, findings=findings, extra=extra)
 
     def _other_lock_files(self) -> list[str]:
         """The run's other lock files a candidate's process could take to stall the slots: the memory
@@ -1292,9 +1345,10 @@ class DeviceEvaluator:
             try:
                 torch.cuda.empty_cache()
                 free, _total = torch.cuda.mem_get_info(self.device)
+                mine = int(torch.cuda.memory_allocated(self.device))  # the job's own, already in place
             except Exception:  # noqa: BLE001 - unknown: go on
                 return 0.0
-            if free >= need_bytes:
+            if free + mine >= need_bytes:
                 return time.monotonic() - t0 if not first else 0.0
             waited = time.monotonic() - t0
             if waited >= wait_s:
@@ -1331,10 +1385,13 @@ class DeviceEvaluator:
                 torch.cuda.empty_cache()
                 led.release()
             with self._lock_given_up_while_waiting() as give_lock_up:
-                if self._alone:  # a re-run after running out of memory beside others: the whole device
+                if self._alone and held >= 1.0 - 1e-9:  # the whole device, claimed before the set-up: kept
+                    self._job_claim, waited, share = held, 0.0, 1.0
+                elif self._alone:  # a re-run after running out of memory beside others: the whole device
                     self._job_claim, waited, fell = led.claim([1.0], wait_s=self.MEMORY_WAIT_MAX_S,
                                                               fallback=need.claim_of(plan_at(self.memory_share)),
                                                               on_wait=give_lock_up)
+                    self._alone_fell = self._alone_fell or fell
                     share = self.memory_share if fell else 1.0
                 else:
                     share, self._job_claim, waited = job_share(led, need, self.memory_share,
@@ -1383,8 +1440,9 @@ class DeviceEvaluator:
 
         total = int(torch.cuda.get_device_properties(self.device).total_memory)
         with self._lock_given_up_while_waiting() as give_lock_up:
-            self._job_claim, waited, _fell = led.claim([1.0], wait_s=self.MEMORY_WAIT_MAX_S, fallback=1.0,
-                                                       on_wait=give_lock_up)
+            self._job_claim, waited, fell = led.claim([1.0], wait_s=self.MEMORY_WAIT_MAX_S, fallback=1.0,
+                                                      on_wait=give_lock_up)
+            self._alone_fell = self._alone_fell or fell  # claimed after the wait whatever the others hold
             waited += self._wait_device_free(int(UTIL * total), give_lock_up, self.PHYSICAL_WAIT_MAX_S)
         if waited > 0:
             phase["memory_wait"] = phase.get("memory_wait", 0.0) + waited
@@ -1580,8 +1638,11 @@ class DeviceEvaluator:
             return EvalResult(Outcome.RUNTIME_ERROR, error=f"reference failed: {e}", findings=tuple(findings),
                               device=str(self.device),
                               extra={"reference_error": True,
-                                     **({"harness_error": True, "trusted_oom": True} if e.oom else {})})
+                                     **({"harness_error": True, "trusted_oom": True}
+                                        if e.oom and self.memory_ledger is not None and not self._alone else {})})
         phase["reference"] = ctx.setup_s
+        self._out_limit_bytes = max(self.OUT_LIMIT_FACTOR * int(ctx.out_nbytes),
+                                    int(ctx.out_nbytes) + self.OUT_LIMIT_SLACK_BYTES)
         modes = ["eager", f"compile:{protocol.compile_mode}"]
         known = dict(job.baselines)
         self._plan_memory(ctx, phase, baselines=any(m not in known and m not in ctx.baselines for m in modes))
@@ -1832,9 +1893,32 @@ class DeviceEvaluator:
             "share": shared[1] if shared else None,
         }
 
+    #: the most bytes a candidate's outputs for one call may describe: this many times the reference's
+    OUT_LIMIT_FACTOR = 4
+    #: ... or the reference's plus this much, whichever is more
+    OUT_LIMIT_SLACK_BYTES = 256 << 20
+
     def _read_outputs(self, msg: dict[str, Any], jobdir: Path) -> list[Any]:
+        """The candidate's outputs of one call, copied into this process (on the device): from files, the
+        shared output buffer, or plain values.
+
+        Outputs that describe more bytes than :attr:`OUT_LIMIT_FACTOR` times the reference's outputs (or
+        the reference's plus :attr:`OUT_LIMIT_SLACK_BYTES`) are not copied: they cannot match the
+        reference's shapes and dtypes, and copying them could run the trusted side out of memory (a
+        harness error, evaluated again on every resume). Each is then an :class:`OutputTooLarge`, which
+        the comparison reports as a wrong output.
+
+        Raises:
+            TensorFormatError: a malformed output description (a protocol violation).
+        """
+        descs = msg.get("descs") or []
+        limit = getattr(self, "_out_limit_bytes", None)
+        if limit is not None and isinstance(descs, list):
+            total = sum(_described_nbytes(d) for d in descs)
+            if total > limit:
+                return [OutputTooLarge(total, limit) for _ in descs]
         outs: list[Any] = []
-        for d in msg.get("descs") or []:
+        for d in descs:
             if not isinstance(d, dict):
                 raise TensorFormatError("bad output description")
             if "file" in d:
@@ -2104,14 +2188,17 @@ class DeviceEvaluator:
             # the trusted side failed judging (a lazy reference evaluated at comparison): as when the
             # reference fails at set-up, a runtime error marked as the reference's, with the candidate's
             # process ended here
+            # what the device held when the trusted side ran out, read while the candidate's process is alive
+            mem = {"trusted_memory": self._trusted_memory()} if e.oom and self.device.type == "cuda" else {}
             if h is not None:
                 h.kill("reference failed")
             # out of device memory on the trusted side (beside this or another slot's candidate): the
-            # harness's failure, marked so (harness_error), not the candidate's oom
+            # harness's failure, marked so (harness_error), not the candidate's oom; evaluate() runs it again
+            # with the device claimed (_alone_verdict)
             return self._finish(h, EvalResult(Outcome.RUNTIME_ERROR, compiled=state not in ("start", "build"),
                                               error=f"reference failed: {e}", findings=tuple(findings),
                                               extra={"reference_error": True, "phase": state,
-                                                     **({"harness_error": True, "trusted_oom": True}
+                                                     **({"harness_error": True, "trusted_oom": True, **mem}
                                                         if e.oom else {}),
                                                      "sandbox": env_note}), jobdir)
         except _ChildFailed as e:

@@ -149,11 +149,13 @@ def memory_need(plan_at: Callable[[float], Plan], total_bytes: int) -> MemoryNee
     best = plan_at(1.0)
     if not fits(best):
         # the best plan the device holds: the plan of the largest share whose plan still fits (plans grow
-        # with the share); where only files fit, or nothing does, the best plan still (claiming the whole
-        # device: alone on it rather than through files)
+        # with the share); where that one goes through files (or none fits) and the device would share the
+        # sets, the least shared plan, claiming the whole device: alone on it rather than through files
         top = plan_at(boundary(lambda p: not fits(p))[0])
         if fits(top) and top.exchange != "files":
             best = top
+        elif best.exchange != "files":
+            best = plan_at(smallest(lambda p: p.exchange != "files"))
 
     high_share = smallest(lambda p: p.rank >= best.rank)
     if best.exchange == "files":
@@ -254,14 +256,16 @@ class MemoryLedger:
         """Claim the first of ``options`` (the job's plans' claims, best plan first) the others leave room
         for; None otherwise (nothing claimed), and this slot becomes the one waiting, for its smallest
         option, when nobody is. While another slot's job waits for a claim ``w``, a claim is granted only
-        if ``w`` still fits beside it."""
+        if ``w`` still fits beside it, or if it is no more than this slot holds already (it takes no room)."""
         def attempt() -> float | None:
             waiting, w_claim = self._waiting()
             free = self.CAPACITY - self.others()
             if waiting not in (-1, self.index):
                 free -= w_claim
+            held = float(self.claims[self.index])
             for c in options:
-                if free + 1e-9 >= c:
+                # no more than this slot holds already: granted whoever waits (it takes no room from them)
+                if free + 1e-9 >= c or c <= held + 1e-9:
                     self.claims[self.index] = c
                     if waiting == self.index:
                         self._set_waiting(-1, 0.0)

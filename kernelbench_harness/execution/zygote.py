@@ -37,14 +37,17 @@ def _recv_exact(ctrl: socket.socket, n: int) -> bytes:
 def _recv(ctrl: socket.socket) -> tuple[dict | None, list[int]]:
     """One request: an 8-byte big-endian length sent with the file descriptor, then that many bytes
     of JSON (a stream socket may split a large job anywhere, so the length frames it)."""
-    head, fds, _flags, _addr = socket.recv_fds(ctrl, 8, 4)
+    try:
+        head, fds, _flags, _addr = socket.recv_fds(ctrl, 8, 4)
+    except (ConnectionResetError, BrokenPipeError):  # the device worker is gone (Ctrl-C, killed): as closed
+        return None, []
     if not head:
         return None, fds
     try:
         if len(head) < 8:
             head += _recv_exact(ctrl, 8 - len(head))
         body = _recv_exact(ctrl, int.from_bytes(head, "big"))
-    except EOFError:
+    except (EOFError, ConnectionResetError, BrokenPipeError):
         for fd in fds:
             os.close(fd)
         return None, []
@@ -52,7 +55,10 @@ def _recv(ctrl: socket.socket) -> tuple[dict | None, list[int]]:
 
 
 def _send(ctrl: socket.socket, obj: dict) -> None:
-    ctrl.sendall(json.dumps(obj).encode() + b"\n")
+    try:
+        ctrl.sendall(json.dumps(obj).encode() + b"\n")
+    except (ConnectionResetError, BrokenPipeError):  # the device worker is gone: the next read ends the loop
+        pass
 
 
 def _reap(ctrl: socket.socket) -> None:

@@ -41,6 +41,8 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
     slot._wait_device_free = lambda need, give, wait: DeviceEvaluator._wait_device_free(slot, need, give, wait)
     slot._lock_given_up_while_waiting = lambda: DeviceEvaluator._lock_given_up_while_waiting(slot)
     slot._claim_device_alone = lambda phase: DeviceEvaluator._claim_device_alone(slot, phase)
+    slot._alone_verdict = lambda first, res: DeviceEvaluator._alone_verdict(slot, first, res)
+    slot._alone_fell = False
     return slot
 
 
@@ -568,3 +570,102 @@ def test_a_jobs_set_up_claim_goes_back_before_it_waits_for_its_plans(monkeypatch
     devmod.DeviceEvaluator._plan_memory(slot, ctx, phase)
     assert held_while_waiting == [0.0] and phase["memory_wait"] > 0.2
     assert b.claims[1] == slot._job_claim == need.high_claim
+
+
+def test_an_alone_rerun_keeps_its_whole_device_claim_whoever_waits(monkeypatch, tmp_path):
+    """Review of stop 20: a re-run that claimed the whole device before its set-up asked for it again in
+    _plan_memory; another slot waiting at the turnstile made that fail for 300 s, then the re-run fell back
+    to a shared plan beside the other. A claim no larger than what a slot holds is granted at once."""
+    import torch
+
+    from kernelbench_harness.execution import device as devmod
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=H200))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (H200, H200))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: 0)
+    a, b = _ledgers(2, tmp_path)
+    slot = _slot(0.5, b)
+    slot._alone = True
+    devmod.DeviceEvaluator._claim_device_alone(slot, {})
+    assert b.claims[1] == 1.0
+    assert a.try_claim([0.2]) is None and int(a.pending[0]) == 0  # the other slot now waits
+    assert b.try_claim([1.0]) == 1.0 and b.try_claim([0.5]) == 0.5  # no more than held: granted at once
+    b.claims[1] = 1.0
+    t0 = time.monotonic()
+    ctx = _ctx(0.5, 0.5)
+    devmod.DeviceEvaluator._plan_memory(slot, ctx, {})
+    assert time.monotonic() - t0 < 1.0 and slot._job_claim == 1.0 and ctx.memory_share == 1.0
+    assert slot._alone_fell is False
+
+
+def test_an_alone_reruns_out_of_memory_is_the_candidates_unless_others_held_memory():
+    """With the device to itself, the trusted side running out while the candidate's process ran is the
+    candidate's ``oom`` (not a harness error evaluated again on every resume); where another slot held a
+    claim meanwhile, it stays the harness's. Findings of the first run are kept."""
+    from kernelbench_harness.core import EvalResult, Finding, Outcome, Severity
+    from kernelbench_harness.execution import device as devmod
+
+    class Ledger:
+        held_by_others = 0.0
+
+        def others(self):
+            return self.held_by_others
+    led = Ledger()
+    slot = SimpleNamespace(memory_ledger=led, _alone_fell=False)
+    cheat = Finding("runtime.threads", Severity.CHEAT, "deferred-work", "a thread is alive")
+    first = EvalResult(Outcome.OOM, error="CUDA out of memory", findings=(cheat,), extra={"memory_claim": 0.3})
+    judged = EvalResult(Outcome.RUNTIME_ERROR, error="reference failed: out of device memory",
+                        extra={"reference_error": True, "phase": "correctness", "harness_error": True,
+                               "trusted_oom": True})
+    res = devmod.DeviceEvaluator._alone_verdict(slot, first, judged)
+    assert res.outcome is Outcome.OOM and "harness_error" not in res.extra and res.extra["trusted_oom_alone"]
+    assert "device claimed for this candidate alone" in res.error and cheat in res.findings
+    assert res.extra["rerun_alone"] and res.extra["oom_beside_others"]["memory_claim"] == 0.3
+    # another slot held memory meanwhile (its wait ran out): still the harness's
+    led.held_by_others = 0.2
+    res = devmod.DeviceEvaluator._alone_verdict(slot, first, judged)
+    assert res.outcome is Outcome.RUNTIME_ERROR and res.extra["harness_error"] and res.extra["rerun_not_alone"]
+    res = devmod.DeviceEvaluator._alone_verdict(slot, first, EvalResult(Outcome.OOM, error="CUDA out of memory"))
+    assert res.outcome is Outcome.OOM and res.extra["harness_error"]
+    led.held_by_others = 0.0
+    slot._alone_fell = True  # this one's own claim came after its wait ran out
+    assert devmod.DeviceEvaluator._alone_verdict(slot, first, judged).extra["harness_error"]
+    # the reference running out setting up, before any candidate code: not the candidate's
+    slot._alone_fell = False
+    setup = EvalResult(Outcome.RUNTIME_ERROR, error="reference failed", extra={"reference_error": True,
+                                                                               "trusted_oom": True})
+    assert devmod.DeviceEvaluator._alone_verdict(slot, first, setup).outcome is Outcome.RUNTIME_ERROR
+
+
+def test_outputs_describing_far_more_bytes_than_the_references_are_not_copied(tmp_path):
+    """A candidate's outputs that describe many times the reference's bytes (dozens of descriptions of the
+    whole shared buffer, say) would run the trusted side out of memory: they are judged wrong unread."""
+    import torch
+
+    from kernelbench_harness.execution import device as devmod
+    from kernelbench_harness.execution.verify import compare_outputs
+
+    slot = SimpleNamespace(_out_limit_bytes=4 * 4096, _share_out=None, device=torch.device("cpu"))
+    slot._shared_output = lambda d: devmod.DeviceEvaluator._shared_output(slot, d)
+    big = {"shared": True, "offset": 0, "dtype": "float32", "shape": [4096]}  # 16 KiB each
+    outs = devmod.DeviceEvaluator._read_outputs(slot, {"descs": [big] * 5}, tmp_path)
+    assert len(outs) == 5 and all(isinstance(o, devmod.OutputTooLarge) for o in outs)
+    assert "over the limit" in repr(outs[0])
+    cmp = compare_outputs(outs[:1], [torch.zeros(4096)], judge="allclose", atol=1e-2, rtol=1e-2)
+    assert not cmp.ok
+    # within the limit they are read as before (here: no shared buffer, a protocol violation)
+    with pytest.raises(devmod.TensorFormatError):
+        devmod.DeviceEvaluator._read_outputs(slot, {"descs": [big]}, tmp_path)
+    assert devmod._described_nbytes({"file": "x", "dtype": "float16", "shape": [3, 5]}) == 30
+    assert devmod._described_nbytes({"value": 3}) == 0 and devmod._described_nbytes({"file": "x"}) == 0
+
+
+def test_with_no_shared_plan_fitting_the_least_shared_one_is_the_best():
+    """Review of stop 20: where no plan that shares the sets fits the device, the job plans for the least
+    shared one (alone on the device), not the largest."""
+    slot = _slot()
+    need = memory_need(slot._planner(_ctx(6.0, 24.0), H200, baselines=True), H200)
+    assert need.high_plan == need.low_plan and need.high_plan.exchange == "staged"
+    assert need.high_plan.timing_sets == 1 and need.high_claim == 1.0
