@@ -1134,15 +1134,26 @@ class DeviceEvaluator:
         Returns:
             Stats by mode name; a mode that fails (e.g. torch.compile error) is absent and its reason
             is in ``context(...).baseline_info[mode]``.
+
+        With other slots on the device (a memory ledger), the reference's set-up and the baselines' timing
+        sets are claimed in it as a candidate's job's are (:meth:`_claim_for_setup`, :meth:`_plan_memory`),
+        and given back at the end.
         """
         with self._gpu_work():  # its untimed GPU work (the reference, torch.compile) holds the lock shared
-            ctx = self.context(problem, protocol, run_seed)
-            settings = _timing.TimerSettings.from_protocol(protocol, self.device)
-            fns = self._prepare_baselines(ctx, protocol, modes)
-            blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
-            for mode, (fn, _compile_s) in fns.items():
-                self._time_baseline_block(ctx, mode, fn, settings, blocks)
-            return self._finish_baselines(ctx, modes, fns, blocks, settings)
+            phase: dict[str, float] = {}
+            try:
+                self._claim_for_setup(problem, protocol, run_seed, phase)
+                ctx = self.context(problem, protocol, run_seed)
+                self._plan_memory(ctx, phase, baselines=True)
+                settings = _timing.TimerSettings.from_protocol(protocol, self.device)
+                fns = self._prepare_baselines(ctx, protocol, modes)
+                blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
+                for mode, (fn, _compile_s) in fns.items():
+                    self._time_baseline_block(ctx, mode, fn, settings, blocks)
+                return self._finish_baselines(ctx, modes, fns, blocks, settings)
+            finally:
+                self._give_memory_back()
+                self._job_share = self.memory_share
 
     def _prepare_baselines(self, ctx: ProblemContext, protocol: Protocol,
                            modes: list[str]) -> dict[str, tuple[Callable[[int], Any], float]]:
@@ -1264,30 +1275,22 @@ class DeviceEvaluator:
         memory beside other slots' jobs, while the claim is still held.
 
         - Where another slot held a claim meanwhile (its wait for memory ran out, or this one's did), the
-          re-run was not alone: an out-of-memory in it stays the harness's (``harness_error``, evaluated
-          again on resume).
-        - Otherwise the trusted side running out while the candidate's process was alive is the
-          candidate's ``oom``: it had the device to itself, and a harness error would be evaluated again on
-          every resume without a verdict (a candidate could hold memory on purpose). Running out setting
-          the reference up, before any candidate code ran, stays the reference's failure.
+          re-run was not alone: the candidate's ``oom`` in it is marked the harness's (``harness_error``,
+          ``rerun_not_alone``: evaluated again on resume).
+        - The trusted side running out of memory stays the harness's too (``trusted_oom``) even alone: the
+          harness's own copies have caused it before (H200 session 10, L1/19). ``--resume`` evaluates such a
+          turn again a bounded number of times (:meth:`.store.Store.retryable_attempts`), so a candidate that
+          holds memory on purpose gets no verdict in its favour and no endless re-evaluation.
         - Findings of the first run are kept (a cheat found before it ran out is not forgotten).
         """
         overcommitted = self._alone_fell or (self.memory_ledger is not None and self.memory_ledger.others() > 1e-9)
-        extra = dict(res.extra)
-        extra.update({"rerun_alone": True,
-                      "oom_beside_others": {"error": first.error[:2000], "memory_claim": first.extra.get("memory_claim")}})
-        outcome, error = res.outcome, res.error
-        if overcommitted and (outcome is Outcome.OOM or extra.get("trusted_oom")):
+        extra = {**res.extra, "rerun_alone": True,
+                 "oom_beside_others": {"error": first.error[:2000], "memory_claim": first.extra.get("memory_claim")}}
+        if overcommitted and res.outcome is Outcome.OOM:
             extra.update({"harness_error": True, "rerun_not_alone": True})
-        elif extra.get("trusted_oom") and extra.get("phase") not in (None, "start", "build"):
-            extra.pop("harness_error", None)
-            extra["trusted_oom_alone"] = True
-            outcome = Outcome.OOM
-            error = ("the trusted side ran out of device memory while the candidate's process ran, with the "
-                     f"device claimed for this candidate alone: {error}")
         seen = {(f.check, f.message) for f in res.findings}
         findings = tuple(res.findings) + tuple(f for f in first.findings if (f.check, f.message) not in seen)
-        return res.with_(outcome=outcome, error=error, findings=findings, extra=extra)
+        return res.with_(findings=findings, extra=extra)
 
     def _other_lock_files(self) -> list[str]:
         """The run's other lock files a candidate's process could take to stall the slots: the memory

@@ -802,10 +802,15 @@ class Store:
             ).all()
             return {(int(a), int(b), str(c), int(d), int(e)) for a, b, c, d, e in rows}
 
+    #: how many times ``--resume`` evaluates a turn stored as a harness error again (``extra.retries`` counts
+    #: them): a candidate that provokes one (holding device memory, killing its worker) gets no endless loop
+    MAX_HARNESS_RETRIES = 2
+
     def retryable_attempts(self, run_name: str) -> dict[tuple[int, int, str, int, int], dict[str, Any]]:
         """Recorded turns that failed for a reason not the candidate's, to evaluate again on resume: a
         generation error (the provider's request failed) or a harness error (``extra.harness_error``: a
-        device worker that died, the trusted side out of memory). Keyed like :meth:`done_attempts`; each
+        device worker that died, the trusted side out of memory) evaluated again fewer than
+        :attr:`MAX_HARNESS_RETRIES` times (``extra.retries``). Keyed like :meth:`done_attempts`; each
         value is ``{"outcome": ..., "error": ...}`` of the stored verdict (first 2000 characters).
 
         Raises:
@@ -822,7 +827,10 @@ class Store:
             ).all()
         out: dict[tuple[int, int, str, int, int], dict[str, Any]] = {}
         for lv, pid, model, sid, turn, outcome, error, extra in rows:
-            if outcome == str(Outcome.GENERATION_ERROR) or (isinstance(extra, dict) and extra.get("harness_error")):
+            harness = isinstance(extra, dict) and bool(extra.get("harness_error"))
+            if harness and int(extra.get("retries") or 0) >= self.MAX_HARNESS_RETRIES:
+                continue  # evaluated again that often already: the failure stays (a candidate could cause it)
+            if outcome == str(Outcome.GENERATION_ERROR) or harness:
                 out[(int(lv), int(pid), str(model), int(sid), int(turn))] = {"outcome": outcome,
                                                                               "error": (error or "")[:2000]}
         return out
@@ -850,7 +858,7 @@ class Store:
         what its generation cost (``input_tokens``, ``output_tokens``, ``cost_usd``)."""
         rows = s.execute(
             select(AttemptRow.id, AttemptRow.turn, AttemptRow.input_tokens, AttemptRow.output_tokens,
-                   AttemptRow.cost_usd, ResultRow.outcome, ResultRow.error)
+                   AttemptRow.cost_usd, ResultRow.outcome, ResultRow.error, ResultRow.extra)
             .join(ResultRow, ResultRow.attempt_pk == AttemptRow.id, isouter=True)
             .where(AttemptRow.sample_pk == sample_pk, AttemptRow.turn >= turn)
             .order_by(AttemptRow.turn)
@@ -862,7 +870,9 @@ class Store:
             s.execute(delete(ResultRow).where(ResultRow.attempt_pk.in_(ids)))
             s.execute(delete(AttemptRow).where(AttemptRow.id.in_(ids)))
         return [{"turn": int(t), "outcome": outcome, "error": (error or "")[:500], "input_tokens": it,
-                 "output_tokens": ot, "cost_usd": cost} for _id, t, it, ot, cost, outcome, error in rows]
+                 "output_tokens": ot, "cost_usd": cost,
+                 "retries": int((extra or {}).get("retries") or 0) if isinstance(extra, dict) else 0}
+                for _id, t, it, ot, cost, outcome, error, extra in rows]
 
     def attempts_for_sample(
         self, run_name: str, level: int, problem_id: int, model: str, sample_id: int
@@ -1017,7 +1027,7 @@ class Store:
             replaced = self._discard_from(s, sample.id, replace_from_turn)
             if replaced:
                 first = replaced[0]
-                result = result.with_(extra={**result.extra, "earlier_attempt": {
+                result = result.with_(extra={**result.extra, "retries": first["retries"] + 1, "earlier_attempt": {
                     "outcome": first["outcome"], "error": first["error"], "replaced_turns": replaced}})
         if sample is not None:
             existing = s.execute(

@@ -600,10 +600,10 @@ def test_an_alone_rerun_keeps_its_whole_device_claim_whoever_waits(monkeypatch, 
     assert slot._alone_fell is False
 
 
-def test_an_alone_reruns_out_of_memory_is_the_candidates_unless_others_held_memory():
-    """With the device to itself, the trusted side running out while the candidate's process ran is the
-    candidate's ``oom`` (not a harness error evaluated again on every resume); where another slot held a
-    claim meanwhile, it stays the harness's. Findings of the first run are kept."""
+def test_an_alone_reruns_oom_is_the_harnesss_if_others_held_memory_and_first_findings_are_kept():
+    """A re-run with the whole device claimed: where another slot held a claim meanwhile, the candidate's
+    ``oom`` in it is marked the harness's; the trusted side's out-of-memory stays the harness's; findings of
+    the first run are kept."""
     from kernelbench_harness.core import EvalResult, Finding, Outcome, Severity
     from kernelbench_harness.execution import device as devmod
 
@@ -616,27 +616,21 @@ def test_an_alone_reruns_out_of_memory_is_the_candidates_unless_others_held_memo
     slot = SimpleNamespace(memory_ledger=led, _alone_fell=False)
     cheat = Finding("runtime.threads", Severity.CHEAT, "deferred-work", "a thread is alive")
     first = EvalResult(Outcome.OOM, error="CUDA out of memory", findings=(cheat,), extra={"memory_claim": 0.3})
+    oom = EvalResult(Outcome.OOM, error="CUDA out of memory")
+    res = devmod.DeviceEvaluator._alone_verdict(slot, first, oom)
+    assert res.outcome is Outcome.OOM and "harness_error" not in res.extra and cheat in res.findings
+    assert res.extra["rerun_alone"] and res.extra["oom_beside_others"]["memory_claim"] == 0.3
     judged = EvalResult(Outcome.RUNTIME_ERROR, error="reference failed: out of device memory",
                         extra={"reference_error": True, "phase": "correctness", "harness_error": True,
                                "trusted_oom": True})
     res = devmod.DeviceEvaluator._alone_verdict(slot, first, judged)
-    assert res.outcome is Outcome.OOM and "harness_error" not in res.extra and res.extra["trusted_oom_alone"]
-    assert "device claimed for this candidate alone" in res.error and cheat in res.findings
-    assert res.extra["rerun_alone"] and res.extra["oom_beside_others"]["memory_claim"] == 0.3
-    # another slot held memory meanwhile (its wait ran out): still the harness's
-    led.held_by_others = 0.2
-    res = devmod.DeviceEvaluator._alone_verdict(slot, first, judged)
-    assert res.outcome is Outcome.RUNTIME_ERROR and res.extra["harness_error"] and res.extra["rerun_not_alone"]
-    res = devmod.DeviceEvaluator._alone_verdict(slot, first, EvalResult(Outcome.OOM, error="CUDA out of memory"))
-    assert res.outcome is Outcome.OOM and res.extra["harness_error"]
+    assert res.outcome is Outcome.RUNTIME_ERROR and res.extra["harness_error"]
+    led.held_by_others = 0.2  # another slot held memory meanwhile (its wait ran out)
+    res = devmod.DeviceEvaluator._alone_verdict(slot, first, oom)
+    assert res.outcome is Outcome.OOM and res.extra["harness_error"] and res.extra["rerun_not_alone"]
     led.held_by_others = 0.0
     slot._alone_fell = True  # this one's own claim came after its wait ran out
-    assert devmod.DeviceEvaluator._alone_verdict(slot, first, judged).extra["harness_error"]
-    # the reference running out setting up, before any candidate code: not the candidate's
-    slot._alone_fell = False
-    setup = EvalResult(Outcome.RUNTIME_ERROR, error="reference failed", extra={"reference_error": True,
-                                                                               "trusted_oom": True})
-    assert devmod.DeviceEvaluator._alone_verdict(slot, first, setup).outcome is Outcome.RUNTIME_ERROR
+    assert devmod.DeviceEvaluator._alone_verdict(slot, first, oom).extra["harness_error"]
 
 
 def test_outputs_describing_far_more_bytes_than_the_references_are_not_copied(tmp_path):
@@ -669,3 +663,38 @@ def test_with_no_shared_plan_fitting_the_least_shared_one_is_the_best():
     need = memory_need(slot._planner(_ctx(6.0, 24.0), H200, baselines=True), H200)
     assert need.high_plan == need.low_plan and need.high_plan.exchange == "staged"
     assert need.high_plan.timing_sets == 1 and need.high_claim == 1.0
+
+
+def test_measuring_baselines_claims_memory_as_a_job_does_and_gives_it_back(tmp_path):
+    """``kbench baseline`` with several slots on one GPU: the reference's set-up and the baselines' timing
+    sets are claimed in the ledger (their timing sets sized by that claim, not by the last job's share),
+    and the claim goes back even when timing fails."""
+    import contextlib
+
+    from kernelbench_harness.execution import device as devmod
+
+    calls: list[str] = []
+    ctx = SimpleNamespace(memory_share=None)
+    slot = SimpleNamespace(memory_share=0.25, _job_share=0.9, device=SimpleNamespace(type="cpu"),
+                           _gpu_work=contextlib.nullcontext,
+                           _claim_for_setup=lambda *a: calls.append("claim set-up"),
+                           context=lambda *a: calls.append("set up") or ctx,
+                           _plan_memory=lambda c, phase, baselines=False: calls.append(f"plan baselines={baselines}"),
+                           _prepare_baselines=lambda *a: calls.append("prepare") or {},
+                           _time_baseline_block=lambda *a: None,
+                           _finish_baselines=lambda *a: calls.append("finish") or {"eager": "stats"},
+                           _give_memory_back=lambda: calls.append("give back"))
+    from kernelbench_harness.protocols import get_protocol
+
+    proto = get_protocol("kbench")
+    assert devmod.DeviceEvaluator.measure_baselines(slot, object(), proto, 0, ["eager"]) == {"eager": "stats"}
+    assert calls == ["claim set-up", "set up", "plan baselines=True", "prepare", "finish", "give back"]
+    assert slot._job_share == 0.25
+    calls.clear()
+
+    def fail(*a):
+        raise RuntimeError("compile failed")
+    slot._prepare_baselines = fail
+    with pytest.raises(RuntimeError):
+        devmod.DeviceEvaluator.measure_baselines(slot, object(), proto, 0, ["eager"])
+    assert calls[-1] == "give back"

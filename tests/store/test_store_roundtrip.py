@@ -281,6 +281,25 @@ def test_retryable_turns_are_found_and_discarded_with_what_follows(store: Store)
     assert [t["turn"] for t in earlier["replaced_turns"]] == [0, 1]
 
 
+def test_a_harness_error_is_evaluated_again_a_bounded_number_of_times(store: Store) -> None:
+    """A turn stored as a harness error again after each re-evaluation (a candidate that holds device memory
+    on purpose, say) stops being retried after ``MAX_HARNESS_RETRIES``; a generation error does not."""
+    p = store.run_problems("r")[0]
+    failed = dict(outcome=Outcome.RUNTIME_ERROR, correct=False, error="trusted side out of memory",
+                  extra={"harness_error": True, "trusted_oom": True})
+    _record(store, p, _result(**failed), turn=0)
+    key = (1, 2, "m", 0, 0)
+    for n in range(1, Store.MAX_HARNESS_RETRIES + 1):
+        assert key in store.retryable_attempts("r")
+        _record(store, p, _result(**failed), turn=0, replace_from_turn=0)
+        [rec] = store.attempts_for_sample("r", 1, 2, "m", 0)
+        assert rec.result.extra["retries"] == n
+    assert key not in store.retryable_attempts("r")
+    _record(store, p, _result(outcome=Outcome.GENERATION_ERROR, correct=False, candidate=None, error="HTTP 503",
+                              extra={"retries": 9}), sample=1, code=None)
+    assert (1, 2, "m", 1, 0) in store.retryable_attempts("r")
+
+
 def test_concurrent_record_attempt_stores_once(store: Store) -> None:
     p = store.run_problems("r")[1]
     ids: list[int] = []
