@@ -872,6 +872,7 @@ class DeviceEvaluator:
         self._alone = False  # the current job claims the whole device (a re-run after an oom beside others)
         self._alone_fell = False  # ... but took it after its wait ran out, whatever the others held
         self._out_limit_bytes: int | None = None  # the most bytes the current job's outputs may describe
+        self._in_job = False  # inside evaluate(): measure_baselines uses the job's claim
         self.device = torch.device(device if device != "cuda" else "cuda:0")
         self.timing_lock = timing_lock
         self.physical_device = physical_device or str(self.device)
@@ -1113,7 +1114,8 @@ class DeviceEvaluator:
                 torch.cuda.empty_cache()
             ctx = ProblemContext(problem, protocol, run_seed, self.device, self.scratch, ref_budget_bytes=budget,
                                  memory_share=self.memory_share,
-                                 shared_device=self.memory_ledger is not None and not self._alone)
+                                 shared_device=self.memory_ledger is not None
+                                 and (not self._alone or self._alone_fell))
             self._contexts[key] = ctx
         return ctx
 
@@ -1139,12 +1141,15 @@ class DeviceEvaluator:
         sets are claimed in it as a candidate's job's are (:meth:`_claim_for_setup`, :meth:`_plan_memory`),
         and given back at the end.
         """
+        own = not self._in_job  # inside a candidate's job the job's claim and plan already cover them
         with self._gpu_work():  # its untimed GPU work (the reference, torch.compile) holds the lock shared
             phase: dict[str, float] = {}
             try:
-                self._claim_for_setup(problem, protocol, run_seed, phase)
+                if own:
+                    self._claim_for_setup(problem, protocol, run_seed, phase)
                 ctx = self.context(problem, protocol, run_seed)
-                self._plan_memory(ctx, phase, baselines=True)
+                if own:
+                    self._plan_memory(ctx, phase, baselines=True)
                 settings = _timing.TimerSettings.from_protocol(protocol, self.device)
                 fns = self._prepare_baselines(ctx, protocol, modes)
                 blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
@@ -1152,8 +1157,9 @@ class DeviceEvaluator:
                     self._time_baseline_block(ctx, mode, fn, settings, blocks)
                 return self._finish_baselines(ctx, modes, fns, blocks, settings)
             finally:
-                self._give_memory_back()
-                self._job_share = self.memory_share
+                if own:
+                    self._give_memory_back()
+                    self._job_share = self.memory_share
 
     def _prepare_baselines(self, ctx: ProblemContext, protocol: Protocol,
                            modes: list[str]) -> dict[str, tuple[Callable[[int], Any], float]]:
@@ -1244,12 +1250,15 @@ class DeviceEvaluator:
             (mode -> TimingStats dict) so the caller can store them.
         """
         with self._gpu_work():
+            self._in_job = True
             try:
                 _device_peak(self.device, reset=True)
                 res = self._evaluate(job)
                 if self.memory_ledger is not None and self.device.type == "cuda" and (
                         (res.outcome is Outcome.OOM and not res.error.startswith("resident memory"))
-                        or res.extra.get("trusted_oom")):
+                        or res.extra.get("trusted_oom")) \
+                        and not any(f.severity in (Severity.CHEAT, Severity.TIMING) for f in res.findings):
+                    # (a cheat or a timing violation found before it ran out stands: no second run to pass)
                     # out of device memory beside the other slots' jobs (the candidate, or the trusted side
                     # setting up, staging, judging): the memory may have been theirs. Once more with the whole
                     # device claimed, so an oom verdict is the candidate's own and the harness's is rare
@@ -1267,6 +1276,7 @@ class DeviceEvaluator:
                     res = res.with_(extra={**res.extra, "trusted_device_peak_bytes": peak})
                 return res
             finally:
+                self._in_job = False
                 self._give_memory_back()
                 self._job_share = self.memory_share
 
@@ -1308,6 +1318,7 @@ class DeviceEvaluator:
 
     def _give_memory_back(self) -> None:
         """End this job's claim in the memory ledger (if any), the allocator's cache handed back first."""
+        self._job_claim = 0.0  # (the job's result has recorded it)
         if self.memory_ledger is None:
             return
         if self.device.type == "cuda":
@@ -1388,8 +1399,10 @@ class DeviceEvaluator:
                 torch.cuda.empty_cache()
                 led.release()
             with self._lock_given_up_while_waiting() as give_lock_up:
-                if self._alone and held >= 1.0 - 1e-9:  # the whole device, claimed before the set-up: kept
-                    self._job_claim, waited, share = held, 0.0, 1.0
+                if self._alone and held >= 1.0 - 1e-9:  # the whole device, claimed before the set-up: kept,
+                    # planned for only if the others had given theirs back (not after the wait ran out)
+                    self._job_claim, waited = held, 0.0
+                    share = self.memory_share if self._alone_fell else 1.0
                 elif self._alone:  # a re-run after running out of memory beside others: the whole device
                     self._job_claim, waited, fell = led.claim([1.0], wait_s=self.MEMORY_WAIT_MAX_S,
                                                               fallback=need.claim_of(plan_at(self.memory_share)),
@@ -1642,7 +1655,8 @@ class DeviceEvaluator:
                               device=str(self.device),
                               extra={"reference_error": True,
                                      **({"harness_error": True, "trusted_oom": True}
-                                        if e.oom and self.memory_ledger is not None and not self._alone else {})})
+                                        if e.oom and self.memory_ledger is not None
+                                        and (not self._alone or self._alone_fell) else {})})
         phase["reference"] = ctx.setup_s
         self._out_limit_bytes = max(self.OUT_LIMIT_FACTOR * int(ctx.out_nbytes),
                                     int(ctx.out_nbytes) + self.OUT_LIMIT_SLACK_BYTES)
@@ -1896,8 +1910,9 @@ class DeviceEvaluator:
             "share": shared[1] if shared else None,
         }
 
-    #: the most bytes a candidate's outputs for one call may describe: this many times the reference's
-    OUT_LIMIT_FACTOR = 4
+    #: the most bytes a candidate's outputs for one call may describe: this many times the reference's (a
+    #: boolean reference output returned as float64 or int64 is 8 times its bytes, and may still be judged)
+    OUT_LIMIT_FACTOR = 8
     #: ... or the reference's plus this much, whichever is more
     OUT_LIMIT_SLACK_BYTES = 256 << 20
 
@@ -1907,7 +1922,7 @@ class DeviceEvaluator:
 
         Outputs that describe more bytes than :attr:`OUT_LIMIT_FACTOR` times the reference's outputs (or
         the reference's plus :attr:`OUT_LIMIT_SLACK_BYTES`) are not copied: they cannot match the
-        reference's shapes and dtypes, and copying them could run the trusted side out of memory (a
+        reference's shapes (the widest dtype is 8 bytes, the narrowest 1), and copying them could run the trusted side out of memory (a
         harness error, evaluated again on every resume). Each is then an :class:`OutputTooLarge`, which
         the comparison reports as a wrong output.
 
@@ -1919,6 +1934,12 @@ class DeviceEvaluator:
         if limit is not None and isinstance(descs, list):
             total = sum(_described_nbytes(d) for d in descs)
             if total > limit:
+                for d in descs:  # the files it wrote go, and the buffer is poisoned, as after a read
+                    name = str(d.get("file", "")) if isinstance(d, dict) else ""
+                    if name and "/" not in name and not name.startswith("."):
+                        (jobdir / "outputs" / name).unlink(missing_ok=True)
+                if getattr(self, "_share_out", None) is not None:
+                    self._share_out.poison()
                 return [OutputTooLarge(total, limit) for _ in descs]
         outs: list[Any] = []
         for d in descs:

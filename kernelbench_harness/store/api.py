@@ -871,7 +871,8 @@ class Store:
             s.execute(delete(AttemptRow).where(AttemptRow.id.in_(ids)))
         return [{"turn": int(t), "outcome": outcome, "error": (error or "")[:500], "input_tokens": it,
                  "output_tokens": ot, "cost_usd": cost,
-                 "retries": int((extra or {}).get("retries") or 0) if isinstance(extra, dict) else 0}
+                 "retries": int(extra.get("retries") or 0) if isinstance(extra, dict) else 0,
+                 "harness_error": bool(isinstance(extra, dict) and extra.get("harness_error"))}
                 for _id, t, it, ot, cost, outcome, error, extra in rows]
 
     def attempts_for_sample(
@@ -1027,7 +1028,9 @@ class Store:
             replaced = self._discard_from(s, sample.id, replace_from_turn)
             if replaced:
                 first = replaced[0]
-                result = result.with_(extra={**result.extra, "retries": first["retries"] + 1, "earlier_attempt": {
+                # harness errors evaluated again so far (a generation error's retry does not count)
+                retries = first["retries"] + (1 if first["harness_error"] else 0)
+                result = result.with_(extra={**result.extra, "retries": retries, "earlier_attempt": {
                     "outcome": first["outcome"], "error": first["error"], "replaced_turns": replaced}})
         if sample is not None:
             existing = s.execute(

@@ -51,6 +51,17 @@ def _need(ctx, share_ok=None):
     return memory_need(plan_at, H200), plan_at
 
 
+def _pretend_cuda(monkeypatch) -> None:
+    """An idle H200 as torch.cuda reports it to the slot's memory code (this machine has no GPU)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=H200))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (H200, H200))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: 0)
+
+
 def _ledgers(n: int, tmp_path) -> list[MemoryLedger]:
     claims, pending, path = new_state(mp.get_context("spawn"), n, str(tmp_path / "ledger.lock"))
     return [MemoryLedger(claims, pending, path, i) for i in range(n)]
@@ -458,15 +469,11 @@ def test_a_trusted_side_oom_beside_other_slots_is_evaluated_again_with_the_devic
     reference is set up, and with its memory free."""
     import contextlib
 
-    import torch
 
     from kernelbench_harness.core import EvalResult, Outcome
     from kernelbench_harness.execution import device as devmod
 
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=H200))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (H200, H200))
+    _pretend_cuda(monkeypatch)
     a, b = _ledgers(2, tmp_path)
     slot = _slot(0.5, b)
     slot._gpu_work = contextlib.nullcontext
@@ -496,15 +503,11 @@ def test_a_trusted_side_oom_beside_other_slots_is_evaluated_again_with_the_devic
 def test_a_large_problem_claims_its_set_up_before_the_reference_is_set_up(monkeypatch, tmp_path):
     """The claim for setting a large problem's reference up is made before anything is drawn (its input
     sizes from meta tensors); a small problem, or one whose context is cached, claims nothing then."""
-    import torch
 
     from kernelbench_harness.core import Problem
     from kernelbench_harness.protocols import get_protocol
 
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=H200))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (H200, H200))
+    _pretend_cuda(monkeypatch)
     code = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
             "def get_inputs():\n    return [torch.rand(4096, N)]\ndef get_init_inputs():\n    return []\n")
     big = Problem(1, 951, "Big_test", code.replace("N", "393216"))  # 6 GiB of float32
@@ -576,15 +579,10 @@ def test_an_alone_rerun_keeps_its_whole_device_claim_whoever_waits(monkeypatch, 
     """Review of stop 20: a re-run that claimed the whole device before its set-up asked for it again in
     _plan_memory; another slot waiting at the turnstile made that fail for 300 s, then the re-run fell back
     to a shared plan beside the other. A claim no larger than what a slot holds is granted at once."""
-    import torch
 
     from kernelbench_harness.execution import device as devmod
 
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=H200))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (H200, H200))
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: 0)
+    _pretend_cuda(monkeypatch)
     a, b = _ledgers(2, tmp_path)
     slot = _slot(0.5, b)
     slot._alone = True
@@ -649,6 +647,16 @@ def test_outputs_describing_far_more_bytes_than_the_references_are_not_copied(tm
     assert "over the limit" in repr(outs[0])
     cmp = compare_outputs(outs[:1], [torch.zeros(4096)], judge="allclose", atol=1e-2, rtol=1e-2)
     assert not cmp.ok
+    # the files such outputs were written to go, and the shared buffer is poisoned, as after a read
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "o0.bin").write_bytes(b"x")
+    poisoned: list[int] = []
+    slot._share_out = SimpleNamespace(poison=lambda: poisoned.append(1))
+    desc = {"file": "o0.bin", "dtype": "float32", "shape": [8192]}
+    assert isinstance(devmod.DeviceEvaluator._read_outputs(slot, {"descs": [desc]}, tmp_path)[0],
+                      devmod.OutputTooLarge)
+    assert not (tmp_path / "outputs" / "o0.bin").exists() and poisoned == [1]
+    slot._share_out = None
     # within the limit they are read as before (here: no shared buffer, a protocol violation)
     with pytest.raises(devmod.TensorFormatError):
         devmod.DeviceEvaluator._read_outputs(slot, {"descs": [big]}, tmp_path)
@@ -675,7 +683,7 @@ def test_measuring_baselines_claims_memory_as_a_job_does_and_gives_it_back(tmp_p
 
     calls: list[str] = []
     ctx = SimpleNamespace(memory_share=None)
-    slot = SimpleNamespace(memory_share=0.25, _job_share=0.9, device=SimpleNamespace(type="cpu"),
+    slot = SimpleNamespace(memory_share=0.25, _job_share=0.9, device=SimpleNamespace(type="cpu"), _in_job=False,
                            _gpu_work=contextlib.nullcontext,
                            _claim_for_setup=lambda *a: calls.append("claim set-up"),
                            context=lambda *a: calls.append("set up") or ctx,
@@ -698,3 +706,56 @@ def test_measuring_baselines_claims_memory_as_a_job_does_and_gives_it_back(tmp_p
     with pytest.raises(RuntimeError):
         devmod.DeviceEvaluator.measure_baselines(slot, object(), proto, 0, ["eager"])
     assert calls[-1] == "give back"
+    # inside a candidate's job (its claim and plan cover the baselines): nothing claimed or given back
+    calls.clear()
+    slot._prepare_baselines = lambda *a: calls.append("prepare") or {}
+    slot._in_job = True
+    devmod.DeviceEvaluator.measure_baselines(slot, object(), proto, 0, ["eager"])
+    assert calls == ["set up", "prepare", "finish"]
+
+
+def test_no_rerun_alone_when_the_first_run_already_found_a_cheat(monkeypatch, tmp_path):
+    """Review of stop 20: a re-run after an out-of-memory could pass cleanly and store ``correct`` beside a
+    cheat the first run had found. A cheat or timing violation found before running out stands."""
+    import contextlib
+
+    import torch
+
+    from kernelbench_harness.core import EvalResult, Finding, Outcome, Severity
+    from kernelbench_harness.execution import device as devmod
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    a, b = _ledgers(2, tmp_path)
+    slot = _slot(0.5, b)
+    slot._gpu_work = contextlib.nullcontext
+    slot._give_memory_back = lambda: None
+    cheat = Finding("runtime.kernel-ablation", Severity.CHEAT, "kernel-not-executed", "kernels do not contribute")
+    runs: list[int] = []
+
+    def evaluate(job):
+        runs.append(1)
+        return EvalResult(Outcome.RUNTIME_ERROR, error="reference failed: out of memory", findings=(cheat,),
+                          extra={"harness_error": True, "trusted_oom": True, "phase": "recheck"})
+    slot._evaluate = evaluate
+    res = devmod.DeviceEvaluator.evaluate(slot, object())
+    assert runs == [1] and "rerun_alone" not in res.extra and cheat in res.findings
+
+
+def test_an_alone_rerun_whose_claim_fell_back_plans_for_the_fixed_share(monkeypatch, tmp_path):
+    """Review of stop 20: a whole-device claim taken after its wait ran out (others still hold theirs) must not
+    plan for the whole device."""
+
+    from kernelbench_harness.execution import device as devmod
+
+    _pretend_cuda(monkeypatch)
+    a, b = _ledgers(2, tmp_path)
+    slot = _slot(0.5, b)
+    slot.MEMORY_WAIT_MAX_S = 0.1
+    slot.PHYSICAL_WAIT_MAX_S = 0.1
+    a.claim([0.5], wait_s=0.1, fallback=0.5)  # the other slot's job, going on
+    slot._alone = True
+    devmod.DeviceEvaluator._claim_device_alone(slot, {})
+    assert slot._alone_fell is True and b.claims[1] == 1.0
+    ctx = _ctx(0.5, 0.5)
+    devmod.DeviceEvaluator._plan_memory(slot, ctx, {})
+    assert ctx.memory_share == pytest.approx(0.5)

@@ -295,9 +295,15 @@ def test_a_harness_error_is_evaluated_again_a_bounded_number_of_times(store: Sto
         [rec] = store.attempts_for_sample("r", 1, 2, "m", 0)
         assert rec.result.extra["retries"] == n
     assert key not in store.retryable_attempts("r")
-    _record(store, p, _result(outcome=Outcome.GENERATION_ERROR, correct=False, candidate=None, error="HTTP 503",
-                              extra={"retries": 9}), sample=1, code=None)
-    assert (1, 2, "m", 1, 0) in store.retryable_attempts("r")
+    # a generation error's retries do not use up the harness errors' budget
+    gen = dict(outcome=Outcome.GENERATION_ERROR, correct=False, candidate=None, error="HTTP 503")
+    _record(store, p, _result(**gen), sample=1, code=None)
+    for _ in range(3):
+        assert (1, 2, "m", 1, 0) in store.retryable_attempts("r")
+        _record(store, p, _result(**gen), sample=1, code=None, replace_from_turn=0)
+    _record(store, p, _result(**failed), sample=1, turn=0, replace_from_turn=0)
+    [rec] = store.attempts_for_sample("r", 1, 2, "m", 1)
+    assert rec.result.extra["retries"] == 0 and (1, 2, "m", 1, 0) in store.retryable_attempts("r")
 
 
 def test_concurrent_record_attempt_stores_once(store: Store) -> None:
