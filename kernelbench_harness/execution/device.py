@@ -1455,13 +1455,8 @@ class DeviceEvaluator:
         from .memledger import UTIL
 
         total = int(torch.cuda.get_device_properties(self.device).total_memory)
-        with self._lock_given_up_while_waiting() as give_lock_up:
-            self._job_claim, waited, fell = led.claim([1.0], wait_s=self.MEMORY_WAIT_MAX_S, fallback=1.0,
-                                                      on_wait=give_lock_up)
-            self._alone_fell = self._alone_fell or fell  # claimed after the wait whatever the others hold
-            waited += self._wait_device_free(int(UTIL * total), give_lock_up, self.PHYSICAL_WAIT_MAX_S)
-        if waited > 0:
-            phase["memory_wait"] = phase.get("memory_wait", 0.0) + waited
+        fell = self._claim_and_wait(1.0, int(UTIL * total), phase)
+        self._alone_fell = self._alone_fell or fell  # claimed after the wait whatever the others hold
 
     #: a problem whose input set takes at least this many bytes claims memory before its reference is set up
     SETUP_CLAIM_MIN_BYTES = 256 << 20
@@ -1490,13 +1485,20 @@ class DeviceEvaluator:
             return
         total = int(torch.cuda.get_device_properties(self.device).total_memory)
         need = self.work_nbytes(set_nb, set_nb, protocol.judge == "fp64-bound")
-        claim = min(1.0, need / (UTIL * total))
+        self._claim_and_wait(min(1.0, need / (UTIL * total)), min(need, int(UTIL * total)), phase)
+
+    def _claim_and_wait(self, claim: float, need_bytes: int, phase: dict[str, float]) -> bool:
+        """Claim ``claim`` in the memory ledger (taken whatever the others hold after
+        :attr:`MEMORY_WAIT_MAX_S`), then wait for ``need_bytes`` of the device to be free (at most
+        :attr:`PHYSICAL_WAIT_MAX_S`), this slot's hold on the host lock given up while waiting; the seconds
+        go to ``phase["memory_wait"]``. Returns whether the claim came after its wait ran out."""
         with self._lock_given_up_while_waiting() as give_lock_up:
-            self._job_claim, waited, _fell = led.claim([claim], wait_s=self.MEMORY_WAIT_MAX_S, fallback=claim,
-                                                       on_wait=give_lock_up)
-            waited += self._wait_device_free(min(need, int(UTIL * total)), give_lock_up, self.PHYSICAL_WAIT_MAX_S)
+            self._job_claim, waited, fell = self.memory_ledger.claim(
+                [claim], wait_s=self.MEMORY_WAIT_MAX_S, fallback=claim, on_wait=give_lock_up)
+            waited += self._wait_device_free(need_bytes, give_lock_up, self.PHYSICAL_WAIT_MAX_S)
         if waited > 0:
             phase["memory_wait"] = phase.get("memory_wait", 0.0) + waited
+        return fell
 
     def _planner(self, ctx: ProblemContext, total: int, baselines: bool = False) -> Callable[[float], Any]:
         """share -> :class:`.memledger.Plan` for ``ctx``'s problem on this device: the exchange
@@ -1922,15 +1924,15 @@ class DeviceEvaluator:
 
         Outputs that describe more bytes than :attr:`OUT_LIMIT_FACTOR` times the reference's outputs (or
         the reference's plus :attr:`OUT_LIMIT_SLACK_BYTES`) are not copied: they cannot match the
-        reference's shapes (the widest dtype is 8 bytes, the narrowest 1), and copying them could run the trusted side out of memory (a
-        harness error, evaluated again on every resume). Each is then an :class:`OutputTooLarge`, which
-        the comparison reports as a wrong output.
+        reference's shapes (the widest dtype is 8 bytes, the narrowest 1), and copying them could run the
+        trusted side out of memory (a harness error). Each is then an :class:`OutputTooLarge`, which the
+        comparison reports as a wrong output.
 
         Raises:
             TensorFormatError: a malformed output description (a protocol violation).
         """
         descs = msg.get("descs") or []
-        limit = getattr(self, "_out_limit_bytes", None)
+        limit = self._out_limit_bytes
         if limit is not None and isinstance(descs, list):
             total = sum(_described_nbytes(d) for d in descs)
             if total > limit:
@@ -1938,7 +1940,7 @@ class DeviceEvaluator:
                     name = str(d.get("file", "")) if isinstance(d, dict) else ""
                     if name and "/" not in name and not name.startswith("."):
                         (jobdir / "outputs" / name).unlink(missing_ok=True)
-                if getattr(self, "_share_out", None) is not None:
+                if self._share_out is not None:
                     self._share_out.poison()
                 return [OutputTooLarge(total, limit) for _ in descs]
         outs: list[Any] = []

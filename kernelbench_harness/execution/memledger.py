@@ -23,15 +23,15 @@ After a claim is granted the job waits for the device to have that much free (me
 the warm-up pool, another run).
 
 :func:`memory_need` finds, with the planner's own functions, the smallest share that gives the best plan
-the device allows, the best whose bytes fit in ``UTIL`` of it (``high``) and the smallest that still passes the sets through shared device memory
-(``low``: one staged set, one timing set), with each plan's claim. A job then:
+the device allows, the best whose bytes fit in ``UTIL`` of it (``high``), and the smallest that still passes
+the sets through shared device memory (``low``: one staged set, one timing set), with each plan's claim. A job then:
 
 - plans for the fixed 1/N and claims only its need when its best plan fits in 1/N (small problems: the
   plan is the same as before, and the rest of its 1/N is left to a large job beside it);
 - otherwise claims ``high`` if the other slots leave room for it, else the plan of the fixed 1/N share
-  where that is better than ``low``, else ``low``, else waits; while it waits, the other slots' new jobs are granted only what leaves room for it
-  (a turnstile: the running jobs finish and give their claims back, so a large job is not starved by a
-  stream of small ones, and small ones go on beside it where there is room);
+  where that is better than ``low``, else ``low``, else waits; while it waits, the other slots' new jobs are
+  granted only what leaves room for it (a turnstile: the running jobs finish and give their claims back, so
+  a large job is not starved by a stream of small ones, and small ones go on beside it where there is room);
 - after ``wait_s`` in vain plans for the fixed 1/N as before the ledger (files for the largest sets),
   claiming what that plan needs, and says so in the log.
 

@@ -854,8 +854,9 @@ class Store:
     @staticmethod
     def _discard_from(s: Session, sample_pk: int, turn: int) -> list[dict[str, Any]]:
         """Delete the sample's turns from ``turn`` on, children first (whether or not the database
-        cascades). Returns, per deleted turn, ``turn``, ``outcome``, ``error`` (first 500 characters) and
-        what its generation cost (``input_tokens``, ``output_tokens``, ``cost_usd``)."""
+        cascades). Returns, per deleted turn, ``turn``, ``outcome``, ``error`` (first 500 characters), what
+        its generation cost (``input_tokens``, ``output_tokens``, ``cost_usd``), whether it was a harness
+        error (``harness_error``) and how often the turn's harness errors were evaluated again (``retries``)."""
         rows = s.execute(
             select(AttemptRow.id, AttemptRow.turn, AttemptRow.input_tokens, AttemptRow.output_tokens,
                    AttemptRow.cost_usd, ResultRow.outcome, ResultRow.error, ResultRow.extra)

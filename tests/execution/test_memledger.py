@@ -41,6 +41,7 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
     slot._wait_device_free = lambda need, give, wait: DeviceEvaluator._wait_device_free(slot, need, give, wait)
     slot._lock_given_up_while_waiting = lambda: DeviceEvaluator._lock_given_up_while_waiting(slot)
     slot._claim_device_alone = lambda phase: DeviceEvaluator._claim_device_alone(slot, phase)
+    slot._claim_and_wait = lambda claim, need, phase: DeviceEvaluator._claim_and_wait(slot, claim, need, phase)
     slot._alone_verdict = lambda first, res: DeviceEvaluator._alone_verdict(slot, first, res)
     slot._alone_fell = False
     return slot
