@@ -27,7 +27,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True)
     ap.add_argument("--run", action="append", default=None)
-    ap.add_argument("--since", default=None,
+    def utc_time(text: str) -> datetime:
+        try:
+            return datetime.fromisoformat(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a time; give one like '2026-12-02 07:06'") from None
+
+    ap.add_argument("--since", default=None, type=utc_time,
                     help="only results stored at or after this UTC time (e.g. '2026-12-02 07:06'): one call of a run "
                          "resumed over several")
     a = ap.parse_args()
@@ -44,8 +50,7 @@ def main() -> int:
             continue
         atts = st.attempts(name)
         if a.since:
-            since = datetime.fromisoformat(a.since)
-            atts = [at for at in atts if at.created_at and at.created_at.replace(tzinfo=None) >= since]
+            atts = [at for at in atts if at.created_at and at.created_at.replace(tzinfo=None) >= a.since]
             print(f"   (results stored since {a.since}: {len(atts)})")
         wall = (info.finished_at - info.created_at).total_seconds() if info.finished_at and info.created_at else None
         phases: dict[str, float] = defaultdict(float)
