@@ -1932,7 +1932,7 @@ class DeviceEvaluator:
             TensorFormatError: a malformed output description (a protocol violation).
         """
         descs = msg.get("descs") or []
-        limit = self._out_limit_bytes
+        limit = getattr(self, "_out_limit_bytes", None)  # (set per job; absent on a bare evaluator)
         if limit is not None and isinstance(descs, list):
             total = sum(_described_nbytes(d) for d in descs)
             if total > limit:
@@ -1940,7 +1940,7 @@ class DeviceEvaluator:
                     name = str(d.get("file", "")) if isinstance(d, dict) else ""
                     if name and "/" not in name and not name.startswith("."):
                         (jobdir / "outputs" / name).unlink(missing_ok=True)
-                if self._share_out is not None:
+                if getattr(self, "_share_out", None) is not None:
                     self._share_out.poison()
                 return [OutputTooLarge(total, limit) for _ in descs]
         outs: list[Any] = []
