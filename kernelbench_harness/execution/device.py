@@ -39,7 +39,7 @@ from .process import ChildHandle, Launcher
 from .quiet import in_tree, proc_stat
 from .sandbox import clean_environment, site_write_dirs
 from .scratch import HostDeviceLock, claim_scratch, device_lock_key, flock_holders, release_fd
-from .tensorio import DTYPES, TensorFormatError, encode_value, nbytes_of, read_tensor, tensor_name, write_tensor
+from .tensorio import LARGE_SET_BYTES, DTYPES, TensorFormatError, encode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
 
 __all__ = ["EvalJob", "DeviceEvaluator", "ProblemContext", "ReferenceError_"]
@@ -115,19 +115,70 @@ def _device_oom(e: BaseException) -> bool:
     return type(e).__name__ in ("AcceleratorError", "RuntimeError") and "out of memory" in str(e)
 
 
+#: per device: the most the allocator held before a measurement inside the job reset the count
+#: (:func:`_peak_during`); :func:`_device_peak` folds it in
+_PEAK_FLOOR: dict[str, int] = {}
+
+
 def _device_peak(device: torch.device, reset: bool = False) -> int | None:
     """The most device memory this process's caching allocator has held on ``device`` since the last reset
-    (bytes, ``torch.cuda.max_memory_reserved``); with ``reset``, starts a new count and returns None. None on
-    a CPU device or where the count cannot be read."""
+    (bytes, ``torch.cuda.max_memory_reserved``, counting what :func:`_peak_during` measured in between); with
+    ``reset``, starts a new count and returns None. None on a CPU device or where the count cannot be read."""
     if device.type != "cuda":
         return None
     try:
         if reset:
             torch.cuda.reset_peak_memory_stats(device)
+            _PEAK_FLOOR.pop(str(device), None)
             return None
-        return int(torch.cuda.max_memory_reserved(device))
+        return max(int(torch.cuda.max_memory_reserved(device)), _PEAK_FLOOR.get(str(device), 0))
     except Exception:  # noqa: BLE001 - a figure for the record, not a check
         return None
+
+
+#: running peaks (absolute allocated bytes) of the :func:`_peak_during` measurements in progress, outermost
+#: first: an inner measurement's reset must not lose what an outer one had seen
+_ACTIVE_PEAKS: list[list[int]] = []
+
+
+def _peak_during(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, int]:
+    """``fn()`` and the most device memory it had allocated at once beyond what was allocated before it
+    (bytes, ``torch.cuda.max_memory_allocated``: its outputs included). 0 on a CPU device or where the count
+    cannot be read. Measurements nest; the job's own high-water mark (:func:`_device_peak`) keeps what it
+    had reached. Whatever ``fn`` raises propagates.
+    """
+    if device.type != "cuda":
+        return fn(), 0
+    try:
+        torch.cuda.synchronize(device)
+        base = int(torch.cuda.memory_allocated(device))
+        seen = int(torch.cuda.max_memory_allocated(device))
+        for m in _ACTIVE_PEAKS:
+            m[0] = max(m[0], seen)
+        key = str(device)
+        _PEAK_FLOOR[key] = max(_PEAK_FLOOR.get(key, 0), int(torch.cuda.max_memory_reserved(device)))
+        torch.cuda.reset_peak_memory_stats(device)
+    except Exception:  # noqa: BLE001 - a figure for planning, not a check
+        return fn(), 0
+    mine = [base]
+    _ACTIVE_PEAKS.append(mine)
+    try:
+        out = fn()
+    finally:
+        for k in range(len(_ACTIVE_PEAKS) - 1, -1, -1):  # by identity: two may hold equal values
+            if _ACTIVE_PEAKS[k] is mine:
+                del _ACTIVE_PEAKS[k]
+                break
+    try:
+        torch.cuda.synchronize(device)
+        return out, max(0, max(int(torch.cuda.max_memory_allocated(device)), mine[0]) - base)
+    except Exception:  # noqa: BLE001
+        return out, 0
+
+
+def _tensor_nbytes(vals: Any) -> int:
+    """Bytes of the tensors in a flat list of values."""
+    return sum(v.numel() * v.element_size() for v in vals if isinstance(v, torch.Tensor))
 
 
 class ReferenceError_(RuntimeError):
@@ -354,8 +405,6 @@ class ProblemContext:
 
     REF_BUDGET_ENV = "KBENCH_REF_BUDGET_BYTES"
     REF_BUDGET_CUDA_FRACTION = 0.10  # of the device's total memory, when the variable is not set
-    # a lazy comparison whose set's references take at least this much hands its allocator cache back
-    EMPTY_CACHE_MIN_BYTES = 256 << 20
     @classmethod
     def reference_budget_bytes(cls, device: torch.device) -> int | None:
         """The device memory stored references may take, in bytes: ``KBENCH_REF_BUDGET_BYTES`` when set,
@@ -449,12 +498,18 @@ class ProblemContext:
         # set 0's first draw; None where a set holds nested values (those sets go through files)
         self.share_places: list[dict[str, Any] | None] | None = None
         self.share_set_nbytes = 0
+        self.cast_copies = False
         for i, s in enumerate(seeds):
             vals, where = draw_inputs(mod, s, self._gen_device)
             drawn.add(where)
             if i == 0 and all(isinstance(v, torch.Tensor) or v is None or isinstance(v, (bool, int, float, str))
                               for v in vals):
                 self.share_places, self.share_set_nbytes = _devshare.layout(vals)
+            if i == 0:
+                # the candidate's process casts tensors of other dtypes to the run's precision (copies of its
+                # own even where the sets are mapped from shared buffers; counted in the memory claims)
+                self.cast_copies = any(isinstance(v, torch.Tensor) and (v.is_floating_point() or self.cast_all)
+                                       and v.dtype != self.dtype for v in vals)
             if reproducible:
                 rng = _rng_state(device)
                 again, where2 = draw_inputs(mod, s, self._gen_device)
@@ -494,18 +549,30 @@ class ProblemContext:
         self._m64: Any = None  # float64 model (fp64-bound judge), kept while the context lives
         grad = torch.no_grad if protocol.reference_no_grad else torch.enable_grad
 
-        def run_ref(vals: list[Any]) -> list[Any]:
+        # the reference's forward temporaries beyond its outputs (bytes, measured on set 0 on a CUDA device; 0
+        # elsewhere): a candidate's forward is taken to need as much, and a lazy reference needs them at each
+        # comparison; the memory ledger's claims count them (DeviceEvaluator.work_nbytes)
+        self.ref_temp_bytes = 0
+        self.ref64_temp_bytes = 0
+
+        def run_ref(vals: list[Any], measure: bool = False) -> list[Any]:
             try:
                 with grad():
                     # a copy of the set even on the CPU: a reference that writes into its inputs must
                     # not change the stored set (the next evaluation, the float64 twin's inputs)
-                    return _detach_outputs(self.model(*_cast_set(_fresh_on(vals, device), self.dtype,
-                                                                 self.cast_all)))
+                    args = _cast_set(_fresh_on(vals, device), self.dtype, self.cast_all)
+                    if not measure:
+                        return _detach_outputs(self.model(*args))
+                    raw, peak = _peak_during(device, lambda: self.model(*args))
+                    out = _detach_outputs(raw)
+                    del raw
+                    self.ref_temp_bytes = max(0, peak - _tensor_nbytes(out))
+                    return out
             except Exception as e:
                 raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}",
                                       oom=_device_oom(e)) from None
 
-        self.refs.append(run_ref(self.set_values(0)))
+        self.refs.append(run_ref(self.set_values(0), measure=True))
         want64 = protocol.judge == "fp64-bound"
         set0_nbytes = sum(o.numel() * o.element_size() for o in self.refs[0] if isinstance(o, torch.Tensor))
         twin_nbytes = sum(o.numel() * self._twin_itemsize(o) for o in self.refs[0] if isinstance(o, torch.Tensor))
@@ -555,14 +622,18 @@ class ProblemContext:
             try:
                 self._m64 = self._model64()
                 with grad():
+                    args64 = _upcast(self.set_values(0), device)
+                    raw64, peak64 = _peak_during(device, lambda: self._m64(*args64))
+                    out64 = _detach_outputs(raw64)
+                    del raw64, args64
+                    self.ref64_temp_bytes = max(0, peak64 - _tensor_nbytes(out64))
                     if self.lazy_refs:
                         # evaluated once here all the same, so that a reference without a float64
                         # evaluation is flagged (and judged with allclose) from the first candidate on
-                        out64 = _detach_outputs(self._m64(*_upcast(self.set_values(0), device)))
                         del out64
                     else:
-                        self.refs64 = [_detach_outputs(self._m64(*_upcast(self.set_values(i), device)))
-                                       for i in range(n_sets)]
+                        self.refs64 = [out64] + [_detach_outputs(self._m64(*_upcast(self.set_values(i), device)))
+                                                 for i in range(1, n_sets)]
             except Exception as e:
                 if shared_device and _device_oom(e):  # others' memory perhaps: no verdict on a weaker judge
                     raise ReferenceError_(f"the float64 reference ran out of device memory: {type(e).__name__}: "
@@ -638,12 +709,14 @@ class ProblemContext:
 
     def reference_info(self) -> dict[str, Any]:
         """How the references are kept, for a result's ``extra``: ``reference_mode`` (``"lazy"`` or
-        ``"stored"``), ``reference_estimate_bytes`` (storing every set's) and ``reference_budget_bytes``
-        (None: unlimited)."""
+        ``"stored"``), ``reference_estimate_bytes`` (storing every set's), ``reference_budget_bytes``
+        (None: unlimited), and the forward's measured temporaries beyond its outputs (``reference_temp_bytes``,
+        ``reference64_temp_bytes`` for the float64 twin; 0 where not measured)."""
         return {"inputs_drawn_on": self.inputs_drawn_on,
                 "reference_mode": "lazy" if self.lazy_refs else "stored",
                 "reference_estimate_bytes": self.ref_estimate_bytes,
-                "reference_budget_bytes": self.ref_budget_bytes}
+                "reference_budget_bytes": self.ref_budget_bytes,
+                "reference_temp_bytes": self.ref_temp_bytes, "reference64_temp_bytes": self.ref64_temp_bytes}
 
     @property
     def timing_sets(self) -> list[int]:
@@ -808,7 +881,7 @@ class ProblemContext:
         """The comparison of ``outs`` with a lazily evaluated reference; hands big temporaries back."""
         cmp = self._judge(outs, ref, ref64)
         del ref, ref64
-        if self.device.type == "cuda" and self.ref_set_nbytes >= self.EMPTY_CACHE_MIN_BYTES:
+        if self.device.type == "cuda" and self.ref_set_nbytes + self.share_set_nbytes >= LARGE_SET_BYTES:
             # the candidate's process, alive meanwhile, needs the device memory these temporaries (inputs,
             # their float64 upcasts, reference outputs and their twins: several times the outputs) leave
             # in this process's allocator cache; for small sets handing it back only costs allocations
@@ -892,6 +965,8 @@ class DeviceEvaluator:
         self.child_env = clean_environment(os.environ, env_extra)
         self.launcher = Launcher(self.child_env, start_method)
         self._contexts: dict[tuple[str, str, int], ProblemContext] = {}
+        # (problem hash, protocol fingerprint) -> device bytes its reference's set-up took (_peak_during)
+        self._setup_peaks: dict[tuple[str, str], int] = {}
         self._fingerprint: dict[str, Any] | None = None
         # device memory shared with candidate processes (CUDA IPC, see .devshare): tried at the first
         # candidate; KBENCH_DEVSHARE=0 keeps the file exchange
@@ -1107,15 +1182,16 @@ class DeviceEvaluator:
             budget = int(budget * self.memory_share)  # the default share of the device, per slot on it
         ctx = self._contexts.get(key)
         if ctx is None or ctx.ref_budget_bytes != budget:
-            for k in list(self._contexts):
-                self._contexts.pop(k).free()
+            self._free_contexts()
             del ctx
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-            ctx = ProblemContext(problem, protocol, run_seed, self.device, self.scratch, ref_budget_bytes=budget,
-                                 memory_share=self.memory_share,
-                                 shared_device=self.memory_ledger is not None
-                                 and (not self._alone or self._alone_fell))
+            shared_device = self.memory_ledger is not None and (not self._alone or self._alone_fell)
+            ctx, peak = _peak_during(self.device, lambda: ProblemContext(
+                problem, protocol, run_seed, self.device, self.scratch, ref_budget_bytes=budget,
+                memory_share=self.memory_share, shared_device=shared_device))
+            # what setting this problem up took, for the set-up's claim when it is set up again
+            self._setup_peaks[(problem.code_sha256, protocol.fingerprint())] = peak
             self._contexts[key] = ctx
         return ctx
 
@@ -1277,7 +1353,7 @@ class DeviceEvaluator:
                 return res
             finally:
                 self._in_job = False
-                self._give_memory_back()
+                self._give_memory_back(free_contexts=True)
                 self._job_share = self.memory_share
 
     def _alone_verdict(self, first: EvalResult, res: EvalResult) -> EvalResult:
@@ -1316,8 +1392,11 @@ class DeviceEvaluator:
             out += [str(big.path), str(big.turn_path)]
         return out
 
-    def _give_memory_back(self) -> None:
-        """End this job's claim in the memory ledger (if any), the allocator's cache handed back first."""
+    def _give_memory_back(self, free_contexts: bool = False) -> None:
+        """End this job's claim in the memory ledger (if any), the allocator's cache handed back first; with
+        ``free_contexts`` (a candidate's job ends), the cached problem contexts too where this process holds
+        more than :attr:`CONTEXT_KEEP_MAX_BYTES` of the device. (A standalone :meth:`measure_baselines` keeps
+        its context: its caller reads ``context(...).baseline_info`` next.)"""
         self._job_claim = 0.0  # (the job's result has recorded it)
         if self.memory_ledger is None:
             return
@@ -1326,10 +1405,25 @@ class DeviceEvaluator:
             # before its claim does: another slot may plan for it at once
             try:
                 torch.cuda.synchronize(self.device)
+                if free_contexts and torch.cuda.memory_allocated(self.device) > self.CONTEXT_KEEP_MAX_BYTES:
+                    # the problem's context (models, stored references) would stay allocated outside any
+                    # claim while this slot waits for its next job (H200 session 13: five idle slots held
+                    # 23 GiB while L1/45 ran out of memory with the whole device claimed); a later job of
+                    # the same problem sets it up again
+                    self._free_contexts()
                 torch.cuda.empty_cache()
             except Exception:  # noqa: BLE001 - a device fault is reported by the job itself
                 pass
         self.memory_ledger.release()
+
+    #: with a memory ledger, a slot keeps its last problem's context between jobs only while its process
+    #: has at most this many bytes of the device allocated
+    CONTEXT_KEEP_MAX_BYTES = 512 << 20
+
+    def _free_contexts(self) -> None:
+        """Free every cached :class:`ProblemContext` (their device memory goes back to the allocator)."""
+        for k in list(self._contexts):
+            self._contexts.pop(k).free()
 
     #: the longest a job waits for its share of the device's memory before it plans for the fixed share
     MEMORY_WAIT_MAX_S = 300.0
@@ -1463,13 +1557,16 @@ class DeviceEvaluator:
 
     def _claim_for_setup(self, problem: Problem, protocol: Protocol, run_seed: int, phase: dict[str, float]) -> None:
         """Claim, in the memory ledger, what setting up ``problem``'s reference takes, before it is set up:
-        its input set (sized from meta tensors: nothing drawn) taken as the size of its outputs too, by
-        :meth:`work_nbytes`. Only for sets of :attr:`SETUP_CLAIM_MIN_BYTES` or more whose context is not
-        cached; :meth:`_plan_memory` then replaces the claim with its plan's.
+        what it took when this slot last set it up (its forward temporaries, weights and stored references
+        included), else its input set (sized from meta tensors: nothing drawn) taken as the size of its
+        outputs too, by :meth:`work_nbytes`. Only for :attr:`SETUP_CLAIM_MIN_BYTES` or more whose context
+        is not cached; :meth:`_plan_memory` then replaces the claim with its plan's.
 
         Without it (H200 session 12) six slots set up 6 GiB references at once: draws the device refused
         fell back to the host (sets that could then not be drawn again on the device, and host memory enough
-        for the kernel to kill slot workers), and references ran out of memory at set-up."""
+        for the kernel to kill slot workers), and references ran out of memory at set-up. A problem whose
+        set-up is dominated by its forward's temporaries (L3/31's attention, tens of GiB from small inputs)
+        is claimed only from its second set-up on in a slot: the first has nothing to go by."""
         led = self.memory_ledger
         if led is None or self.device.type != "cuda" \
                 or (problem.code_sha256, protocol.fingerprint(), run_seed) in self._contexts:
@@ -1477,14 +1574,16 @@ class DeviceEvaluator:
         from .memledger import UTIL
         from .warm import meta_input_nbytes
 
+        need = self._setup_peaks.get((problem.code_sha256, protocol.fingerprint()), 0)
         try:
             set_nb = meta_input_nbytes(torch, _exec_problem(problem))
         except ReferenceError_:
-            return  # reported when the context is set up
-        if set_nb < self.SETUP_CLAIM_MIN_BYTES:
+            set_nb = 0  # reported when the context is set up
+        if set_nb >= self.SETUP_CLAIM_MIN_BYTES:
+            need = max(need, self.work_nbytes(set_nb, set_nb, protocol.judge == "fp64-bound", own_copies=0))
+        if need < self.SETUP_CLAIM_MIN_BYTES:
             return
         total = int(torch.cuda.get_device_properties(self.device).total_memory)
-        need = self.work_nbytes(set_nb, set_nb, protocol.judge == "fp64-bound")
         self._claim_and_wait(min(1.0, need / (UTIL * total)), min(need, int(UTIL * total)), phase)
 
     def _claim_and_wait(self, claim: float, need_bytes: int, phase: dict[str, float]) -> bool:
@@ -1512,11 +1611,18 @@ class DeviceEvaluator:
         out_nb = self._share_out_nbytes(ctx)
         sharing = self._share_ok is not False and ctx.share_places is not None and set_nb > 0
         refs = 0 if ctx.lazy_refs else int(ctx.ref_estimate_bytes)
-        work = self.work_nbytes(set_nb, int(ctx.out_nbytes), ctx.fp64_judge)
+        temps = {"temp_bytes": int(getattr(ctx, "ref_temp_bytes", 0)),
+                 "temp64_bytes": int(getattr(ctx, "ref64_temp_bytes", 0))}
+        # the sets the candidate's process keeps copies of (worker.py, load_set): a large one only the latest,
+        # smaller ones up to eight; none where every set is mapped and used as it is
+        kept = 1 if set_nb + int(ctx.out_nbytes) >= LARGE_SET_BYTES else min(int(ctx.n_sets), 8)
+        casts = bool(getattr(ctx, "cast_copies", False))
 
         def plan_at(share: float) -> Plan:
             cap = int(total * share)
             ex = (share_plan(ctx.n_sets, set_nb, out_nb, cap, self.SHARE_MAX_FRACTION) if sharing else None) or "files"
+            own = 1 if ex == "staged" else kept if ex == "files" or casts else 0
+            work = self.work_nbytes(set_nb, int(ctx.out_nbytes), ctx.fp64_judge, own_copies=own, **temps)
             k = timing_set_count(ctx.protocol.rotate_inputs, ctx.n_correct, set_nb, cap)
             shared = {"all": ctx.n_sets * set_nb + out_nb, "staged": set_nb + out_nb, "files": 0}[ex]
             base = k * set_nb + int(ctx.out_nbytes) if baselines else 0
@@ -1526,25 +1632,46 @@ class DeviceEvaluator:
         return plan_at
 
     @staticmethod
-    def work_nbytes(set_nbytes: int, out_nbytes: int, fp64_judge: bool) -> int:
+    def work_nbytes(set_nbytes: int, out_nbytes: int, fp64_judge: bool, *, own_copies: int = 1,
+                    temp_bytes: int = 0, temp64_bytes: int = 0) -> int:
         """The device memory a job uses while it is judged beyond its shared buffers (bytes), counted in its
-        claim in the memory ledger in place of the timing copies where it is larger: the candidate's
-        process (its clone of the set it is called on, its output and as much again of temporaries) and
-        the trusted side's judging (the set drawn again, the reference's output, the candidate's output
-        copied out and, judging against float64, the set's and the output's float64 upcasts).
+        claim in the memory ledger in place of the timing copies where it is larger:
 
-        For small problems this is far below the ledger's floor; for level 1's 6-8 GiB sets it is tens of
-        GiB. Without it (H200 session 12) six slots' jobs whose claims added up to the ledger's capacity
-        used more than the whole device: the trusted side ran out of memory in 13 of 25 jobs.
+        - the candidate's process during a correctness call: the clone it calls the model on and the
+          pristine copy it checks for writes into the inputs, the copies of sets it keeps of its own
+          (``own_copies``: sets that came through the staging buffer or files, or were cast from the mapped
+          ones), its output and the freed block poisoned before the call (twice the output), and the
+          forward's temporaries, taken to be the reference's (``temp_bytes``);
+        - the trusted side's judging (after each correctness call, and in every mode after the timing and
+          the kernel-ablation call, where the reference runs again on a refreshed set): the set drawn again,
+          the reference's output, the candidate's output copied out and the forward's temporaries; judging
+          against float64, also the set's and the output's float64 upcasts, with the larger of the two
+          forwards' temporaries (the first's are freed before the second runs).
+
+        For a large job (set and outputs of :data:`.tensorio.LARGE_SET_BYTES` or more) the two take turns,
+        and the larger of the two counts (with the candidate's own copy of the set beside the judging); for
+        a smaller one, their sum. For small problems this is far below the ledger's floor; for level 1's
+        6-16 GiB sets it is tens of GiB. Counted short (H200 sessions 12 and 13), the trusted side ran out of
+        memory: without the judging in 13 of 25 large jobs; with one copy of the set counted in the
+        candidate's process where it holds three, L1/45 (16 GiB sets) even with the device to itself.
 
         Args:
             set_nbytes: one input set's bytes; out_nbytes: one set's reference outputs' bytes.
             fp64_judge: outputs are judged against a float64 evaluation of the reference.
+            own_copies: sets the candidate's process keeps copies of (a large job keeps one).
+            temp_bytes, temp64_bytes: the reference's forward temporaries beyond its outputs, at the run's
+                precision and in float64 (:attr:`ProblemContext.ref_temp_bytes`; 0 where not measured).
         """
-        work = 2 * set_nbytes + 3 * out_nbytes
+        candidate = (2 + own_copies) * set_nbytes + 2 * out_nbytes + temp_bytes
+        trusted = set_nbytes + 2 * out_nbytes + temp_bytes
         if fp64_judge:
-            work += 2 * set_nbytes + 2 * out_nbytes
-        return work
+            trusted += 2 * set_nbytes + 2 * out_nbytes + max(0, temp64_bytes - temp_bytes)
+        if set_nbytes + out_nbytes >= LARGE_SET_BYTES:
+            # a large job takes turns: the candidate's process hands its call's copies back before it
+            # reports the output (worker.py, release_large), and the trusted side its judging's temporaries
+            # before the next call (ProblemContext._judged); only the process's own copy of the set stays
+            return max(candidate, trusted + min(own_copies, 1) * set_nbytes)
+        return candidate + trusted
 
     @contextlib.contextmanager
     def _gpu_work(self) -> Iterator[None]:

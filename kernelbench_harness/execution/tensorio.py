@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["DTYPES", "nbytes_of", "tensor_name", "write_tensor", "read_tensor", "encode_value", "decode_value", "TensorFormatError"]
+__all__ = ["DTYPES", "LARGE_SET_BYTES", "nbytes_of", "tensor_name", "write_tensor", "read_tensor", "encode_value", "decode_value", "TensorFormatError"]
+
+#: a job whose input set and outputs take at least this many bytes is "large" for device memory: the
+#: candidate's process keeps one set of its own and hands its call's copies back before the trusted side
+#: judges (worker.py), and the trusted side hands its judging's temporaries back before the next call
+#: (device.py); the memory ledger's claims count the two apart (DeviceEvaluator.work_nbytes)
+LARGE_SET_BYTES = 256 << 20
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,

@@ -41,7 +41,7 @@ from .build import BuildRecord, CandidateBuildError, install_build_hooks, with_n
 from .channel import Channel
 from .guards import ProtectedSnapshot, ThreadWatch, run_watching_precision, snapshot_global_flags
 from . import devshare as _devshare
-from .tensorio import DTYPES, decode_value, nbytes_of, read_tensor, tensor_name, write_tensor
+from .tensorio import LARGE_SET_BYTES, DTYPES, decode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 
 __all__ = ["child_main", "run_job"]
 
@@ -327,17 +327,27 @@ class _Job:
             vals = decode_value(enc, self.inputs_dir)
         cast_all = bool(self.job.get("cast_int_inputs", False))
         out = []
+        own = staged or self.share is None  # a copy of this process's own, not views of the shared buffers
         for v in vals:
             if _isinstance(v, torch.Tensor):
+                v0 = v
                 v = v.to(self.device)
                 if v.is_floating_point() or cast_all:
                     v = v.to(self.precision)
+                own = own or v is not v0
             out.append(v)
-        if staged:  # sets too large to share all at once: keep only the latest
+        if staged or (own and sum(v.numel() * v.element_size() for v in out if _isinstance(v, torch.Tensor))
+                      >= self.CACHE_ONE_SET_BYTES):
+            # sets too large to share all at once, or large sets of its own (read from files, or cast from
+            # the mapped ones): keep only the latest (the memory ledger's claim counts one,
+            # DeviceEvaluator.work_nbytes)
             self.sets_cache = {idx: out}
         elif len(self.sets_cache) < 8:
             self.sets_cache[idx] = out
         return out
+
+    #: a set read from files of at least this many bytes is the only one this process keeps
+    CACHE_ONE_SET_BYTES = LARGE_SET_BYTES
 
     def request_set(self, idx: int) -> dict[str, Any]:
         """Ask the trusted side to put input set ``idx`` into the one shared staging buffer (input sets too
@@ -536,9 +546,22 @@ class _Job:
         launches = {"extension_calls": sum(self.record.calls.values()) - calls0,
                     "triton_launches": self.launches.triton - tl0}
         self._add_phase("trial_checks", _perf_counter() - t0 - dt)
+        nbytes = sum(x.numel() * x.element_size() for x in inputs if _isinstance(x, torch.Tensor)) \
+            + int(self.job.get("out_nbytes", 0))
+        out = outs = o = snap = pristine = call_args = None
+        self.release_large(nbytes)
         self.send({"event": "output", "set": idx, "where": where, "descs": descs, "launches": launches,
                    "seconds": round(dt, 4)})
         return True
+
+    def release_large(self, nbytes: int) -> None:
+        """For a large job (input set and outputs of ``nbytes`` >= LARGE_SET_BYTES, on a GPU): hand the
+        device memory this process has cached but no longer uses back to the driver, before the trusted side
+        judges the output just described (its float64 upcasts of a multi-GB set need it). The caller has
+        dropped its references to the call's copies first."""
+        if nbytes >= LARGE_SET_BYTES and self.device.type == "cuda":
+            self.sync()
+            torch.cuda.empty_cache()
 
     def ablate(self, idx: int, round_: int) -> None:
         """The kernel-ablation call (protocol ``ablate_kernels``): a copy of the model, called once with every
@@ -583,6 +606,10 @@ class _Job:
             self.out_cursor = 0
             msg["launches_skipped"] = self.launches.suppressed
             msg["descs"] = [self.describe_output(o, f"out_ablation_{n}.bin") for n, o in enumerate(_flatten(out))]
+        nbytes = sum(x.numel() * x.element_size() for x in base if _isinstance(x, torch.Tensor)) \
+            + int(self.job.get("out_nbytes", 0))
+        out = fresh = model = None
+        self.release_large(nbytes)
         return msg
 
     def describe_output(self, o: Any, file_name: str) -> dict[str, Any]:

@@ -75,11 +75,15 @@ def test_a_small_problems_best_plan_fits_in_the_fixed_share_and_claims_a_sliver(
     assert plan_at(1 / 6) == need.high_plan  # the plan at the fixed share is the best one
 
 
+#: current KernelBench L1/19-32: 6 GiB input sets and outputs on an H200 (139.8 GiB)
+BIG = (6.0, 6.0)
+
+
 def test_a_large_level1_problems_shares_are_the_planners_own_thresholds():
-    # current KernelBench L1/19-32: 6 GiB input sets and outputs on an H200 (139.8 GiB)
-    need, plan_at = _need(_ctx(6.0, 6.0))
-    best = plan_at(1.0)
-    assert need.high_plan == best and best.exchange == "all"  # six 6 GiB sets and the output: 42 of 48.9 GiB
+    need, plan_at = _need(_ctx(*BIG))
+    best = need.high_plan
+    assert best.exchange == "all"  # six 6 GiB sets and the output: 42 of 48.9 GiB
+    assert plan_at(1.0).rank >= best.rank  # the whole device's plan has more timing sets than fit within UTIL
     # the smallest share with the best plan, not the whole device (the planner's rounding included)
     assert plan_at(need.high_share) == best and plan_at(need.high_share * 0.999).rank < best.rank
     assert need.high_share < 1.0
@@ -90,6 +94,21 @@ def test_a_large_level1_problems_shares_are_the_planners_own_thresholds():
     # each claim is the bytes its plan sets aside over UTIL of the device, timing copies included
     assert need.low_claim == pytest.approx(need.low_plan.nbytes / (UTIL * H200))
     assert need.low_plan.nbytes >= 6 * GIB + 6 * GIB + 3 * 6 * GIB
+
+
+def test_a_16gib_reduction_claims_its_judging_beside_the_candidates_own_copy():
+    # L1/45 (16 GiB input sets, a 142 MB output): H200 session 13's one harness error, the trusted side out
+    # of memory upcasting the set while the candidate's process held three copies of it. The set is staged
+    # (too large to share all six); the judging (the set drawn again and its float64 upcast) is the larger
+    # turn, beside the candidate's process's own copy of the set
+    ctx = _ctx(16.0, 0.14)
+    need, plan_at = _need(ctx)
+    assert need.high_plan.exchange == need.low_plan.exchange == "staged"
+    work = DeviceEvaluator.work_nbytes(16 * GIB, ctx.out_nbytes, True, own_copies=1)
+    trusted = 16 * GIB + 2 * 16 * GIB + 4 * ctx.out_nbytes
+    assert work == trusted + 16 * GIB > (3 * 16 * GIB + 2 * ctx.out_nbytes)  # the judging's turn is the larger
+    assert need.high_plan.nbytes == 16 * GIB + DeviceEvaluator._share_out_nbytes(ctx) + work
+    assert need.high_plan.nbytes <= UTIL * H200 and need.high_claim > 0.8  # alone on the device, as it must be
 
 
 def test_sets_too_large_to_share_still_claim_their_timing_copies():
@@ -117,7 +136,7 @@ def test_a_large_job_gets_its_least_shared_plan_beside_small_ones_and_a_second_w
     for led in slots[:4]:  # four small jobs: each plans for 1/6 and claims the floor
         share, claim, waited = job_share(led, small, 1 / 6, small.high_plan, wait_s=1.0)
         assert share == pytest.approx(1 / 6) and claim == pytest.approx(MemoryLedger.FLOOR) and waited == 0.0
-    big, plan_at = _need(_ctx(6.0, 6.0))
+    big, plan_at = _need(_ctx(*BIG))
     # its best plan (every set shared) with its judging needs nearly the whole device (H200 session 12: a
     # trusted process of such a job held 71 GiB); beside the small ones it gets the staged plan
     assert big.high_claim > 1.0 - 4 * MemoryLedger.FLOOR > big.low_claim
@@ -151,24 +170,28 @@ def test_a_claim_counts_the_judging_or_the_timing_copies_whichever_is_larger():
     # output-heavy: judging (the outputs and their float64 upcasts) outweighs three timing copies
     ctx = _ctx(1.0, 4.0)
     plan = slot._planner(ctx, H200)(1.0)
+    assert plan.exchange == "all"  # the sets are mapped: the candidate's process has no copy of its own
     set_nb, out_nb = ctx.share_set_nbytes, DeviceEvaluator._share_out_nbytes(ctx)
-    work = DeviceEvaluator.work_nbytes(set_nb, ctx.out_nbytes, True)
+    work = DeviceEvaluator.work_nbytes(set_nb, ctx.out_nbytes, True, own_copies=0)
     assert work > (2 * plan.timing_sets + 1) * set_nb
     assert plan.nbytes == 6 * set_nb + out_nb + work
     # a reduction (small output) without a float64 judge: the timing copies are the larger
     ctx = _ctx(1.0, 0.001)
     ctx.fp64_judge = False
     plan = slot._planner(ctx, H200)(1.0)
-    assert DeviceEvaluator.work_nbytes(ctx.share_set_nbytes, ctx.out_nbytes, False) < 7 * ctx.share_set_nbytes
+    assert DeviceEvaluator.work_nbytes(ctx.share_set_nbytes, ctx.out_nbytes, False, own_copies=0) \
+        < 7 * ctx.share_set_nbytes
     assert plan.nbytes == 6 * ctx.share_set_nbytes + DeviceEvaluator._share_out_nbytes(ctx) \
         + (2 * plan.timing_sets + 1) * ctx.share_set_nbytes
     # the float64 judge's upcasts are counted only with it
-    assert DeviceEvaluator.work_nbytes(GIB, GIB, True) - DeviceEvaluator.work_nbytes(GIB, GIB, False) == 4 * GIB
+    mib64 = 64 << 20  # (a small job: the two sides' memory summed; test_memory_accounting has the large case)
+    assert DeviceEvaluator.work_nbytes(mib64, mib64, True) - DeviceEvaluator.work_nbytes(mib64, mib64, False) \
+        == 4 * mib64
 
 
 def test_the_least_shared_plan_when_only_it_fits(tmp_path):
     a, b = _ledgers(2, tmp_path)
-    big, plan_at = _need(_ctx(6.0, 6.0))
+    big, plan_at = _need(_ctx(*BIG))
     a.claim([1.0 - big.low_claim], wait_s=0.1, fallback=0.0)
     share, claim, _ = job_share(b, big, 0.1, plan_at(0.1), wait_s=1.0)  # 1/10: files, worse than low
     assert claim == big.low_claim and share == big.low_share
@@ -378,7 +401,7 @@ def test_an_oom_beside_other_slots_is_evaluated_again_with_the_whole_device(monk
     a, b = _ledgers(2, tmp_path)
     slot = _slot(0.5, b)
     slot._gpu_work = contextlib.nullcontext
-    slot._give_memory_back = lambda: devmod.DeviceEvaluator._give_memory_back(slot)
+    slot._give_memory_back = lambda free_contexts=False: devmod.DeviceEvaluator._give_memory_back(slot, free_contexts)
     ctx = _ctx(0.5, 0.5)
     seen: list[tuple[bool, float]] = []
 
@@ -478,7 +501,7 @@ def test_a_trusted_side_oom_beside_other_slots_is_evaluated_again_with_the_devic
     a, b = _ledgers(2, tmp_path)
     slot = _slot(0.5, b)
     slot._gpu_work = contextlib.nullcontext
-    slot._give_memory_back = lambda: devmod.DeviceEvaluator._give_memory_back(slot)
+    slot._give_memory_back = lambda free_contexts=False: devmod.DeviceEvaluator._give_memory_back(slot, free_contexts)
     seen: list[tuple[bool, float]] = []
 
     def evaluate(job):
@@ -516,15 +539,21 @@ def test_a_large_problem_claims_its_set_up_before_the_reference_is_set_up(monkey
     a, b = _ledgers(2, tmp_path)
     slot = _slot(0.5, b)
     slot._contexts = {}
+    slot._setup_peaks = {}
     slot.SETUP_CLAIM_MIN_BYTES = DeviceEvaluator.SETUP_CLAIM_MIN_BYTES
     protocol = get_protocol("kbench")
     phase: dict[str, float] = {}
     DeviceEvaluator._claim_for_setup(slot, big, protocol, 7, phase)
-    want = DeviceEvaluator.work_nbytes(6 * GIB, 6 * GIB, True) / (UTIL * H200)
+    want = DeviceEvaluator.work_nbytes(6 * GIB, 6 * GIB, True, own_copies=0) / (UTIL * H200)
     assert b.claims[1] == pytest.approx(want) and slot._job_claim == pytest.approx(want) and not phase
     b.release()
     DeviceEvaluator._claim_for_setup(slot, small, protocol, 7, phase)
     assert b.claims[1] == 0.0
+    # a small input whose set-up took 40 GiB when this slot last set it up (an attention's temporaries)
+    slot._setup_peaks[(small.code_sha256, protocol.fingerprint())] = 40 * GIB
+    DeviceEvaluator._claim_for_setup(slot, small, protocol, 7, phase)
+    assert b.claims[1] == pytest.approx(40 * GIB / (UTIL * H200))
+    b.release()
     # another slot's job holds most of the device: the set-up waits for it
     a.claim([0.9], wait_s=0.1, fallback=0.9)
     threading.Timer(0.3, a.release).start()
@@ -729,7 +758,7 @@ def test_no_rerun_alone_when_the_first_run_already_found_a_cheat(monkeypatch, tm
     a, b = _ledgers(2, tmp_path)
     slot = _slot(0.5, b)
     slot._gpu_work = contextlib.nullcontext
-    slot._give_memory_back = lambda: None
+    slot._give_memory_back = lambda free_contexts=False: None
     cheat = Finding("runtime.kernel-ablation", Severity.CHEAT, "kernel-not-executed", "kernels do not contribute")
     runs: list[int] = []
 

@@ -1,0 +1,330 @@
+"""What a job's memory claim counts (H200 session 13): the copies the candidate's process really holds
+during a correctness call, the reference's measured forward temporaries, and the slot's cached context
+between jobs; the job's recorded high-water mark survives the measurement inside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import torch
+
+from kernelbench_harness.execution import device as device_mod
+from kernelbench_harness.execution import worker as worker_mod
+from kernelbench_harness.execution.device import DeviceEvaluator, ProblemContext
+from kernelbench_harness.execution.tensorio import LARGE_SET_BYTES, encode_value
+from kernelbench_harness.problems import Problem
+from kernelbench_harness.protocols import get_protocol
+
+GIB = 1 << 30
+H200 = int(139.8 * GIB)
+
+
+MIB = 1 << 20
+
+
+def test_work_counts_the_candidates_copies_and_the_temporaries_where_they_are_made():
+    w = DeviceEvaluator.work_nbytes
+    s = o = 64 * MIB  # a small job: the candidate's and the trusted side's memory at once
+    base = w(s, o, False, own_copies=0)
+    # the clone called on, the pristine copy, output + poisoned block; the trusted side's set and outputs
+    assert base == (2 * s + 2 * o) + (s + 2 * o)
+    assert w(s, o, False, own_copies=1) - base == s  # a staged set: the process's own copy
+    assert w(s, o, False, own_copies=6) - base == 6 * s  # small sets from files: it keeps each
+    # the forward's temporaries, in the candidate's process and on the trusted side (which runs the
+    # reference again after timing and for the ablation, stored references or not)
+    assert w(s, o, False, own_copies=0, temp_bytes=3 * s) - base == 6 * s
+    # the float64 judge: the upcasts, and the larger of the two forwards' temporaries on the trusted side
+    fp64 = w(s, o, True, own_copies=0)
+    assert fp64 - base == 2 * s + 2 * o
+    assert w(s, o, True, own_copies=0, temp64_bytes=5 * s) - fp64 == 5 * s
+    assert w(s, o, True, own_copies=0, temp_bytes=3 * s, temp64_bytes=5 * s) - fp64 == 3 * s + 5 * s
+    assert w(s, o, True, own_copies=0, temp_bytes=5 * s, temp64_bytes=3 * s) - fp64 == 5 * s + 5 * s
+    assert w(s, o, False, own_copies=0, temp64_bytes=5 * s) == base  # no float64 forward without its judge
+
+
+def test_a_large_jobs_candidate_and_judging_take_turns():
+    w = DeviceEvaluator.work_nbytes
+    s = o = GIB  # set and outputs over LARGE_SET_BYTES: each side hands its copies back before the other
+    candidate = 3 * s + 2 * o  # own copy, clone, pristine; output and poisoned block
+    trusted = s + 2 * o + 2 * s + 2 * o  # the set drawn again, outputs, float64 upcasts
+    assert w(s, o, True, own_copies=1) == max(candidate, trusted + s) == trusted + s
+    assert w(s, o, True, own_copies=0) == trusted  # mapped sets: nothing of the candidate's stays
+    # a reference whose forward temporaries dwarf its set: the candidate's turn is the larger
+    assert w(s, o, False, own_copies=1, temp_bytes=20 * GIB) == candidate + 20 * GIB
+    # just below the threshold the two are summed
+    small = (LARGE_SET_BYTES - 2) // 2
+    assert w(small, small, True, own_copies=1) == (3 * small + 2 * small) + (3 * small + 4 * small)
+
+
+def _ctx(set_gib: float, out_gib: float, *, temp_gib: float = 0.0, temp64_gib: float = 0.0, cast: bool = False):
+    return SimpleNamespace(n_sets=6, share_set_nbytes=int(set_gib * GIB), share_places=[{}],
+                           out_nbytes=int(out_gib * GIB), lazy_refs=True, ref_estimate_bytes=0,
+                           protocol=SimpleNamespace(rotate_inputs=3), n_correct=5, memory_share=1.0,
+                           fp64_judge=True, ref_temp_bytes=int(temp_gib * GIB), ref64_temp_bytes=int(temp64_gib * GIB),
+                           cast_copies=cast)
+
+
+def _planner(share_ok=None):
+    slot = SimpleNamespace(_share_ok=share_ok, SHARE_MAX_FRACTION=DeviceEvaluator.SHARE_MAX_FRACTION,
+                           _share_out_nbytes=DeviceEvaluator._share_out_nbytes, work_nbytes=DeviceEvaluator.work_nbytes)
+    return lambda ctx, share: DeviceEvaluator._planner(slot, ctx, H200)(share)
+
+
+def test_a_plan_claims_the_references_measured_temporaries():
+    plan = _planner()
+    # L3/31 in session 13: an attention whose temporaries dwarf its inputs (24 GiB in the candidate's
+    # process, 56 GiB on the trusted side) on a 4.9 GiB claim
+    small = plan(_ctx(0.01, 0.01), 1.0)
+    hot = plan(_ctx(0.01, 0.01, temp_gib=8.0, temp64_gib=16.0), 1.0)
+    assert hot.exchange == small.exchange == "all"
+    # the candidate's forward, and the trusted side's larger (the float64 one); a small job sums the sides
+    assert hot.nbytes - small.nbytes == 8 * GIB + 16 * GIB
+
+
+def test_a_files_staged_or_cast_plan_counts_the_processs_own_copies():
+    plan = _planner()
+    ctx = _ctx(0.02, 0.08)  # small sets, output-heavy: the judging is larger than the timing copies
+    shared = plan(ctx, 1.0)
+    files = _planner(share_ok=False)(ctx, 1.0)
+    assert shared.exchange == "all" and files.exchange == "files"
+    s, o = ctx.share_set_nbytes, ctx.out_nbytes
+    work_all = DeviceEvaluator.work_nbytes(s, o, True, own_copies=0)
+    assert shared.nbytes == 6 * s + DeviceEvaluator._share_out_nbytes(ctx) + work_all
+    assert files.nbytes == DeviceEvaluator.work_nbytes(s, o, True, own_copies=6) == work_all + 6 * s
+    # mapped sets cast to the run's precision (fp16 runs, integer inputs cast): copies of its own too
+    cast = plan(_ctx(0.02, 0.08, cast=True), 1.0)
+    assert cast.exchange == "all" and cast.nbytes == shared.nbytes + 6 * s
+    # a large job keeps only its latest set (worker.py, load_set)
+    big = _ctx(4.0, 4.0)
+    staged = plan(big, 0.2)
+    assert staged.exchange == "staged"
+    assert staged.nbytes - 4 * GIB - DeviceEvaluator._share_out_nbytes(big) \
+        == max((2 * staged.timing_sets + 1) * 4 * GIB, DeviceEvaluator.work_nbytes(4 * GIB, 4 * GIB, True, own_copies=1))
+
+
+PROBLEM = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.sum(dim=1)\n"
+           "def get_inputs():\n    return [torch.rand(64, 32)]\ndef get_init_inputs():\n    return []\n")
+
+
+def test_the_context_records_the_forwards_temporaries_beyond_its_outputs(tmp_path, monkeypatch):
+    calls: list[str] = []
+
+    def fake_peak(device, fn):  # what torch.cuda's counters would report on a GPU: 1 MiB above the base
+        out = fn()
+        calls.append("measured")
+        return out, (1 << 20)
+
+    monkeypatch.setattr(device_mod, "_peak_during", fake_peak)
+    ctx = ProblemContext(Problem(1, 9901, "Sum_test", PROBLEM), get_protocol("kbench"), 3, torch.device("cpu"),
+                         tmp_path)
+    out_nb = 64 * 4  # one float32 per row
+    assert calls == ["measured", "measured"]  # the run-precision forward and the float64 twin's, once each
+    assert ctx.ref_temp_bytes == (1 << 20) - out_nb
+    assert ctx.ref64_temp_bytes == (1 << 20) - 2 * out_nb
+    info = ctx.reference_info()
+    assert info["reference_temp_bytes"] == ctx.ref_temp_bytes and info["reference64_temp_bytes"] == ctx.ref64_temp_bytes
+    # the stored float64 references are those of each set (set 0's reused from the measured call)
+    assert ctx.refs64 is not None and len(ctx.refs64) == ctx.n_sets
+    for i in range(ctx.n_sets):
+        x = ctx.set_values(i)[0].double()
+        assert torch.equal(ctx.refs64[i][0], x.sum(dim=1))
+
+
+def test_on_the_cpu_nothing_is_measured(tmp_path):
+    ctx = ProblemContext(Problem(1, 9902, "Sum_test", PROBLEM), get_protocol("kbench"), 3, torch.device("cpu"),
+                         tmp_path)
+    assert ctx.ref_temp_bytes == 0 and ctx.ref64_temp_bytes == 0
+
+
+class _FakeAllocator:
+    """torch.cuda's memory counters for one device, driven by the test."""
+
+    def __init__(self) -> None:
+        self.allocated = 0
+        self.peak_alloc = 0
+        self.peak_reserved = 0
+
+    def alloc(self, n: int) -> None:
+        self.allocated += n
+        self.peak_alloc = max(self.peak_alloc, self.allocated)
+        self.peak_reserved = max(self.peak_reserved, self.allocated)
+
+    def install(self, monkeypatch) -> None:
+        def reset(d=None):
+            self.peak_alloc = self.allocated
+            self.peak_reserved = self.allocated
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: self.allocated)
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: self.peak_alloc)
+        monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d=None: self.peak_reserved)
+        monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+
+
+def test_the_measurement_keeps_the_jobs_high_water_mark(monkeypatch):
+    fake = _FakeAllocator()
+    fake.install(monkeypatch)
+    dev = torch.device("cuda:0")
+    device_mod._device_peak(dev, reset=True)
+    fake.alloc(10 * GIB)  # the job's peak so far
+    fake.alloc(-9 * GIB)
+
+    def forward():
+        fake.alloc(3 * GIB)  # temporaries
+        fake.alloc(-2 * GIB)  # freed; 1 GiB of output stays
+        return "out"
+
+    out, peak = device_mod._peak_during(dev, forward)
+    assert out == "out" and peak == 3 * GIB
+    assert device_mod._device_peak(dev) == 10 * GIB  # not the 4 GiB the reset counter alone would say
+    device_mod._device_peak(dev, reset=True)  # a new job
+    assert device_mod._device_peak(dev) == 2 * GIB
+
+
+def test_a_slot_frees_a_large_context_when_its_job_ends(monkeypatch):
+    fake = _FakeAllocator()
+    fake.install(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    freed: list[str] = []
+    released: list[int] = []
+
+    def slot_with(allocated: int):
+        fake.allocated = allocated
+        ctx = SimpleNamespace(free=lambda: freed.append("ctx"))
+        slot = SimpleNamespace(_job_claim=0.5, memory_ledger=SimpleNamespace(release=lambda: released.append(1)),
+                               device=torch.device("cuda:0"), _contexts={("p", "k", 1): ctx},
+                               CONTEXT_KEEP_MAX_BYTES=DeviceEvaluator.CONTEXT_KEEP_MAX_BYTES)
+        slot._free_contexts = lambda: DeviceEvaluator._free_contexts(slot)
+        return slot
+
+    small = slot_with(100 << 20)
+    DeviceEvaluator._give_memory_back(small, free_contexts=True)
+    assert freed == [] and small._contexts and released == [1] and small._job_claim == 0.0
+    big = slot_with(6 * GIB)  # e.g. an L3 model with its float64 copy and stored references
+    DeviceEvaluator._give_memory_back(big)  # a standalone baseline measurement: its caller reads the context
+    assert freed == [] and big._contexts and released == [1, 1]
+    DeviceEvaluator._give_memory_back(big, free_contexts=True)  # a candidate's job ends
+    assert freed == ["ctx"] and big._contexts == {} and released == [1, 1, 1]
+
+
+def _loader(tmp_path: Path, share=None):
+    sets = []
+    for i in range(3):
+        sets.append(encode_value([torch.full((64, 64), float(i))], tmp_path, f"set{i}_", [0]))
+    job = SimpleNamespace(sets_cache={}, job={"sets": sets}, share=share, device=torch.device("cpu"),
+                          precision=torch.float32, inputs_dir=tmp_path,
+                          CACHE_ONE_SET_BYTES=worker_mod._Job.CACHE_ONE_SET_BYTES)
+    return job
+
+
+def test_the_candidates_process_keeps_one_large_set_read_from_files(tmp_path):
+    job = _loader(tmp_path)
+    for i in range(3):
+        worker_mod._Job.load_set(job, i)
+    assert sorted(job.sets_cache) == [0, 1, 2]  # small sets: all kept (read once each)
+    job = _loader(tmp_path)
+    job.CACHE_ONE_SET_BYTES = 64 * 64 * 4  # each set is "large"
+    for i in range(3):
+        vals = worker_mod._Job.load_set(job, i)
+        assert float(vals[0][0, 0]) == float(i)
+    assert list(job.sets_cache) == [2]  # only the latest: the claim counts one copy of the process's own
+    assert worker_mod._Job.load_set(job, 2) is job.sets_cache[2]
+
+
+def _trial_job(events: list, nbytes_out: int):
+    """What _Job.run_trial uses, recording the order of its hand-back and its message."""
+    job = SimpleNamespace(protocol={"clone_inputs": True}, job={"out_nbytes": nbytes_out}, device=torch.device("cpu"),
+                          findings=[], phase_s={}, out_cursor=0,
+                          record=SimpleNamespace(calls={}), launches=SimpleNamespace(triton=0))
+    job._add_phase = lambda name, s: worker_mod._Job._add_phase(job, name, s)
+    job.load_set = lambda idx: [torch.ones(256, 256)]
+    job.poison = lambda n: None
+    job.call = lambda args: args[0] * 2
+    job.sync = lambda: None
+    job.describe_output = lambda o, name: {"shape": list(o.shape)}
+    job.check_integrity = lambda where: None
+    job.send = lambda msg: events.append(("send", msg["event"]))
+    job.release_large = lambda n: events.append(("release", n))
+    return job
+
+
+def test_a_trial_hands_its_copies_back_before_it_reports_the_output():
+    # the trusted side judges as soon as the message arrives: the hand-back must come first
+    events: list = []
+    job = _trial_job(events, 256 * 256 * 4)
+    assert worker_mod._Job.run_trial(job, 0)
+    assert events == [("release", 2 * 256 * 256 * 4), ("send", "output")]
+
+
+def test_release_large_empties_the_cache_only_for_a_large_job_on_a_gpu(monkeypatch):
+    emptied: list[int] = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    job = SimpleNamespace(device=torch.device("cuda:0"), sync=lambda: None)
+    worker_mod._Job.release_large(job, LARGE_SET_BYTES - 1)
+    assert emptied == []
+    worker_mod._Job.release_large(job, LARGE_SET_BYTES)
+    assert emptied == [1]
+    job.device = torch.device("cpu")
+    worker_mod._Job.release_large(job, 10 * LARGE_SET_BYTES)
+    assert emptied == [1]
+
+
+def test_nested_measurements_each_see_their_own_peak_and_errors_propagate(monkeypatch):
+    fake = _FakeAllocator()
+    fake.install(monkeypatch)
+    dev = torch.device("cuda:0")
+    device_mod._device_peak(dev, reset=True)
+
+    def inner_a():
+        fake.alloc(5 * GIB)
+        fake.alloc(-5 * GIB)
+
+    def inner_b():
+        fake.alloc(2 * GIB)
+        fake.alloc(-2 * GIB)
+
+    def outer():  # the set-up (context()) around the reference's measured forwards
+        fake.alloc(GIB)
+        _, a = device_mod._peak_during(dev, inner_a)
+        _, b = device_mod._peak_during(dev, inner_b)  # its reset must not lose inner_a's peak for outer
+        return a, b
+
+    (a, b), whole = device_mod._peak_during(dev, outer)
+    assert (a, b, whole) == (5 * GIB, 2 * GIB, 6 * GIB)
+    assert device_mod._ACTIVE_PEAKS == []
+
+    def boom():
+        fake.alloc(GIB)
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        device_mod._peak_during(dev, boom)
+    assert device_mod._ACTIVE_PEAKS == []
+
+
+INT_PROBLEM = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x, i):\n        return x + i\n"
+               "def get_inputs():\n    return [torch.rand(8, 8), torch.randint(0, 4, (8, 8))]\n"
+               "def get_init_inputs():\n    return []\n")
+
+
+def test_the_context_knows_when_the_candidates_process_casts_copies(tmp_path):
+    p = Problem(1, 9903, "Int_test", INT_PROBLEM)
+    dev = torch.device("cpu")
+    assert not ProblemContext(p, get_protocol("kbench"), 3, dev, tmp_path / "a").cast_copies  # ints stay ints
+    assert ProblemContext(p, get_protocol("kernelbench"), 3, dev, tmp_path / "b").cast_copies  # ints cast
+    assert not ProblemContext(Problem(1, 9904, "Sum_test", PROBLEM), get_protocol("kbench"), 3, dev,
+                              tmp_path / "c").cast_copies
+
+
+def test_the_candidates_process_keeps_one_large_cast_copy_of_mapped_sets(tmp_path):
+    from kernelbench_harness.execution.tensorio import read_tensor
+
+    job = _loader(tmp_path, share={"sets": []})  # a share: sets described as mapped are views
+    job.shared_input = lambda d: read_tensor(d, tmp_path)  # (the mapped buffer's view, on this CPU)
+    job.precision = torch.float16  # every float set is cast: copies of its own
+    job.CACHE_ONE_SET_BYTES = 64 * 64 * 2
+    for i in range(3):
+        worker_mod._Job.load_set(job, i)
+    assert list(job.sets_cache) == [2]
