@@ -739,7 +739,16 @@ class ProblemContext:
             "timing_sets": self.timing_sets,
             "out_nbytes": self.out_nbytes,
             "cast_int_inputs": self.cast_all,
+            "large": self.large,
         }
+
+    @property
+    def large(self) -> bool:
+        """A large job (an input set and its outputs of :data:`.tensorio.LARGE_SET_BYTES` or more, sizes as
+        ``get_inputs`` returns them): the candidate's process keeps one set of its own and it and the trusted
+        side take turns with the device's memory (each hands its copies back before the other computes;
+        :meth:`DeviceEvaluator.work_nbytes` counts it so)."""
+        return self.share_set_nbytes + self.out_nbytes >= LARGE_SET_BYTES
 
     def compare(self, outs: list[Any], set_idx: int) -> Comparison:
         """Judge ``outs`` (the candidate's flattened outputs, on the device) against input set ``set_idx``'s
@@ -881,7 +890,7 @@ class ProblemContext:
         """The comparison of ``outs`` with a lazily evaluated reference; hands big temporaries back."""
         cmp = self._judge(outs, ref, ref64)
         del ref, ref64
-        if self.device.type == "cuda" and self.ref_set_nbytes + self.share_set_nbytes >= LARGE_SET_BYTES:
+        if self.device.type == "cuda" and self.large:
             # the candidate's process, alive meanwhile, needs the device memory these temporaries (inputs,
             # their float64 upcasts, reference outputs and their twins: several times the outputs) leave
             # in this process's allocator cache; for small sets handing it back only costs allocations
@@ -1236,6 +1245,28 @@ class DeviceEvaluator:
                 if own:
                     self._give_memory_back()
                     self._job_share = self.memory_share
+
+    def baselines_with_info(self, problem: Problem, protocol: Protocol, run_seed: int,
+                            modes: list[str]) -> tuple[dict[str, TimingStats], dict[str, Any]]:
+        """:meth:`measure_baselines` with each mode's ``baseline_info`` (compile seconds, timing details, why a
+        mode failed), read before the problem's context is freed: with other slots on the device (a memory
+        ledger) a context holding more than :attr:`CONTEXT_KEEP_MAX_BYTES` would otherwise stay allocated
+        outside every claim while the slot waits for its next job (as at the end of :meth:`evaluate`).
+
+        Returns:
+            ``(stats, info)``: TimingStats by mode (a failed mode is absent) and its info dict by mode (None
+            where there is none).
+        """
+        stats = self.measure_baselines(problem, protocol, run_seed, modes)
+        info = dict(self.context(problem, protocol, run_seed).baseline_info)
+        if self.memory_ledger is not None and self.device.type == "cuda" and not self._in_job:
+            try:
+                if torch.cuda.memory_allocated(self.device) > self.CONTEXT_KEEP_MAX_BYTES:
+                    self._free_contexts()
+                    torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001 - a device fault shows in the next job
+                pass
+        return stats, {m: info.get(m) for m in modes}
 
     def _prepare_baselines(self, ctx: ProblemContext, protocol: Protocol,
                            modes: list[str]) -> dict[str, tuple[Callable[[int], Any], float]]:
@@ -1613,9 +1644,9 @@ class DeviceEvaluator:
         refs = 0 if ctx.lazy_refs else int(ctx.ref_estimate_bytes)
         temps = {"temp_bytes": int(getattr(ctx, "ref_temp_bytes", 0)),
                  "temp64_bytes": int(getattr(ctx, "ref64_temp_bytes", 0))}
-        # the sets the candidate's process keeps copies of (worker.py, load_set): a large one only the latest,
+        # the sets the candidate's process keeps copies of (worker.py, load_set): a large job only the latest,
         # smaller ones up to eight; none where every set is mapped and used as it is
-        kept = 1 if set_nb + int(ctx.out_nbytes) >= LARGE_SET_BYTES else min(int(ctx.n_sets), 8)
+        kept = 1 if set_nb + int(ctx.out_nbytes) >= LARGE_SET_BYTES else min(int(ctx.n_sets), 8)  # = ctx.large
         casts = bool(getattr(ctx, "cast_copies", False))
 
         def plan_at(share: float) -> Plan:
@@ -1649,8 +1680,8 @@ class DeviceEvaluator:
           forwards' temporaries (the first's are freed before the second runs).
 
         For a large job (set and outputs of :data:`.tensorio.LARGE_SET_BYTES` or more) the two take turns,
-        and the larger of the two counts (with the candidate's own copy of the set beside the judging); for
-        a smaller one, their sum. For small problems this is far below the ledger's floor; for level 1's
+        and the larger of the two counts (with the candidate's own copy of the set and its timing buffer
+        beside the judging); for a smaller one, their sum. For small problems this is far below the ledger's floor; for level 1's
         6-16 GiB sets it is tens of GiB. Counted short (H200 sessions 12 and 13), the trusted side ran out of
         memory: without the judging in 13 of 25 large jobs; with one copy of the set counted in the
         candidate's process where it holds three, L1/45 (16 GiB sets) even with the device to itself.
@@ -1668,9 +1699,11 @@ class DeviceEvaluator:
             trusted += 2 * set_nbytes + 2 * out_nbytes + max(0, temp64_bytes - temp_bytes)
         if set_nbytes + out_nbytes >= LARGE_SET_BYTES:
             # a large job takes turns: the candidate's process hands its call's copies back before it
-            # reports the output (worker.py, release_large), and the trusted side its judging's temporaries
-            # before the next call (ProblemContext._judged); only the process's own copy of the set stays
-            return max(candidate, trusted + min(own_copies, 1) * set_nbytes)
+            # reports an output (worker.py, release_large), and the trusted side its judging's temporaries
+            # and its copy of the output before the next call (_hand_back_judging); what stays in the
+            # candidate's process while the trusted side judges: its own copy of the set and, after timing,
+            # the timing buffer the in-place re-check writes into
+            return max(candidate, trusted + (1 + min(own_copies, 1)) * set_nbytes)
         return candidate + trusted
 
     @contextlib.contextmanager
@@ -2237,6 +2270,7 @@ class DeviceEvaluator:
                     launches[k] += int((msg.get("launches") or {}).get(k, 0))
                 t_cmp = time.perf_counter()
                 cmp = ctx.compare(self._read_outputs(msg, jobdir), i)
+                self._hand_back_judging(ctx)
                 phase["compare"] = phase.get("compare", 0.0) + time.perf_counter() - t_cmp
                 compared.append(cmp)
                 if not cmp.ok:
@@ -2252,6 +2286,7 @@ class DeviceEvaluator:
             if ok and not static_cheat and job.protocol.ablate_kernels:
                 run_deadline += self._gpu_yield(h, phase, run_deadline)
                 self._ablate(h, ctx, jobdir, findings, expect, run_deadline)
+                self._hand_back_judging(ctx)
                 mark("ablation")
             if ok and self.device.type == "cuda":
                 run_deadline += self._gpu_yield(h, phase, run_deadline)
@@ -2288,6 +2323,7 @@ class DeviceEvaluator:
                     cand_blocks.append((TimingStats.from_dict(tm.get("stats")), tm.get("info") or {}))
                     if job.protocol.recheck_after_timing and tm.get("timed"):
                         self._check_timed_output(ctx, tm["timed"], jobdir, findings)
+                        self._hand_back_judging(ctx)
                     if rounds > 1:
                         t0 = time.perf_counter()
                         with _stopped(h, self.sandbox_on):  # nothing of the candidate runs meanwhile
@@ -2397,6 +2433,13 @@ class DeviceEvaluator:
             raise
 
     ABLATION_ROUND = (1 << 20) + 7  # a refresh round for the kernel-ablation call (see timing.refresh_values)
+
+    def _hand_back_judging(self, ctx: ProblemContext) -> None:
+        """After a comparison in a large job (:attr:`ProblemContext.large`), once its copy of the candidate's
+        output is gone: this process's cached device memory goes back to the driver before the candidate's
+        process computes again (their turns, :meth:`work_nbytes`)."""
+        if self.device.type == "cuda" and ctx.large:
+            torch.cuda.empty_cache()
 
     def _ablate(self, h: ChildHandle, ctx: ProblemContext, jobdir: Path, findings: list[Finding],
                 expect: Callable[..., dict[str, Any]], deadline: float) -> None:

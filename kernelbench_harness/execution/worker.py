@@ -41,7 +41,7 @@ from .build import BuildRecord, CandidateBuildError, install_build_hooks, with_n
 from .channel import Channel
 from .guards import ProtectedSnapshot, ThreadWatch, run_watching_precision, snapshot_global_flags
 from . import devshare as _devshare
-from .tensorio import LARGE_SET_BYTES, DTYPES, decode_value, nbytes_of, read_tensor, tensor_name, write_tensor
+from .tensorio import DTYPES, decode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 
 __all__ = ["child_main", "run_job"]
 
@@ -336,18 +336,15 @@ class _Job:
                     v = v.to(self.precision)
                 own = own or v is not v0
             out.append(v)
-        if staged or (own and sum(v.numel() * v.element_size() for v in out if _isinstance(v, torch.Tensor))
-                      >= self.CACHE_ONE_SET_BYTES):
-            # sets too large to share all at once, or large sets of its own (read from files, or cast from
-            # the mapped ones): keep only the latest (the memory ledger's claim counts one,
+        if staged or (own and self.large):
+            # sets too large to share all at once, or a large job's sets of its own (read from files, or cast
+            # from the mapped ones): keep only the latest (the memory ledger's claim counts one,
             # DeviceEvaluator.work_nbytes)
             self.sets_cache = {idx: out}
         elif len(self.sets_cache) < 8:
             self.sets_cache[idx] = out
         return out
 
-    #: a set read from files of at least this many bytes is the only one this process keeps
-    CACHE_ONE_SET_BYTES = LARGE_SET_BYTES
 
     def request_set(self, idx: int) -> dict[str, Any]:
         """Ask the trusted side to put input set ``idx`` into the one shared staging buffer (input sets too
@@ -546,20 +543,25 @@ class _Job:
         launches = {"extension_calls": sum(self.record.calls.values()) - calls0,
                     "triton_launches": self.launches.triton - tl0}
         self._add_phase("trial_checks", _perf_counter() - t0 - dt)
-        nbytes = sum(x.numel() * x.element_size() for x in inputs if _isinstance(x, torch.Tensor)) \
-            + int(self.job.get("out_nbytes", 0))
-        out = outs = o = snap = pristine = call_args = None
-        self.release_large(nbytes)
+        # every name that holds one of this call's copies (the loops' last items included) goes first
+        out = outs = o = snap = pristine = call_args = a = b = None
+        self.release_large()
         self.send({"event": "output", "set": idx, "where": where, "descs": descs, "launches": launches,
                    "seconds": round(dt, 4)})
         return True
 
-    def release_large(self, nbytes: int) -> None:
-        """For a large job (input set and outputs of ``nbytes`` >= LARGE_SET_BYTES, on a GPU): hand the
-        device memory this process has cached but no longer uses back to the driver, before the trusted side
-        judges the output just described (its float64 upcasts of a multi-GB set need it). The caller has
-        dropped its references to the call's copies first."""
-        if nbytes >= LARGE_SET_BYTES and self.device.type == "cuda":
+    @property
+    def large(self) -> bool:
+        """The trusted side's word (``job["large"]``, from the sizes its memory plan used): this job's input
+        set and outputs take at least LARGE_SET_BYTES, so its process keeps one set of its own and takes
+        turns with the trusted side's judging (:meth:`release_large`)."""
+        return bool(self.job.get("large", False))
+
+    def release_large(self) -> None:
+        """For a large job on a GPU: hand the device memory this process has cached but no longer uses back
+        to the driver, before the trusted side judges the output just described (its float64 upcasts of a
+        multi-GB set need it). The caller has dropped its references to the call's copies first."""
+        if self.large and self.device.type == "cuda":
             self.sync()
             torch.cuda.empty_cache()
 
@@ -606,10 +608,8 @@ class _Job:
             self.out_cursor = 0
             msg["launches_skipped"] = self.launches.suppressed
             msg["descs"] = [self.describe_output(o, f"out_ablation_{n}.bin") for n, o in enumerate(_flatten(out))]
-        nbytes = sum(x.numel() * x.element_size() for x in base if _isinstance(x, torch.Tensor)) \
-            + int(self.job.get("out_nbytes", 0))
         out = fresh = model = None
-        self.release_large(nbytes)
+        self.release_large()
         return msg
 
     def describe_output(self, o: Any, file_name: str) -> dict[str, Any]:
@@ -769,7 +769,9 @@ class _Job:
         self.check_integrity("after timing")
         if self.device.type == "cuda":
             # the other timing copies go back before the trusted side judges the timed output (its float64
-            # judging beside them ran out of memory on an H200 for a 6 GiB level-1 problem, session 12)
+            # judging beside them ran out of memory on an H200 for a 6 GiB level-1 problem, session 12);
+            # the loop's last items (a base set, a buffer, a refreshed copy) with them
+            want = buf = src = None
             base.clear()
             del sets[1:]
             torch.cuda.empty_cache()
@@ -779,6 +781,10 @@ class _Job:
             descs = [self.describe_output(o, f"out_timed_{trial[0]}_{n}.bin")
                      for n, o in enumerate(_flatten(timed["out"]))]
             msg["timed"] = {"set": timed["set"], "round": last_round[timed["set"]], "descs": descs}
+            # described: the timed output goes back before the trusted side judges it (a large job's
+            # turns; the timing buffer kept for the in-place re-check stays, and is counted)
+            timed.pop("out", None)
+            self.release_large()
         self.send(msg)
 
     def recheck(self, idx: int, inplace: bool) -> None:

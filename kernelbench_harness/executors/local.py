@@ -265,10 +265,8 @@ def _slot_serve(conn: Any, device: str, options: dict[str, Any], timing_lock: An
                 conn.send(("ok", ev.evaluate(job).to_dict()))
             elif kind == "baselines":
                 problem, protocol, seed, modes = msg[1:]
-                stats = ev.measure_baselines(problem, protocol, seed, modes)
-                info = ev.context(problem, protocol, seed).baseline_info
-                conn.send(("ok", ({m: s.to_dict() for m, s in stats.items()},
-                                  {m: info.get(m) for m in modes}, ev.fingerprint())))
+                stats, info = ev.baselines_with_info(problem, protocol, seed, modes)
+                conn.send(("ok", ({m: s.to_dict() for m, s in stats.items()}, info, ev.fingerprint())))
             else:
                 conn.send(("error", f"unknown request {kind!r}"))
         except Exception:

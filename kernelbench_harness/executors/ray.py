@@ -46,9 +46,8 @@ class _DeviceActor:
         return self.ev.evaluate(job).to_dict()
 
     def baselines(self, problem: Problem, protocol: Protocol, seed: int, modes: list[str]) -> tuple[Any, Any, Any]:
-        stats = self.ev.measure_baselines(problem, protocol, seed, modes)
-        info = self.ev.context(problem, protocol, seed).baseline_info
-        return {m: s.to_dict() for m, s in stats.items()}, {m: info.get(m) for m in modes}, self.fingerprint()
+        stats, info = self.ev.baselines_with_info(problem, protocol, seed, modes)
+        return {m: s.to_dict() for m, s in stats.items()}, info, self.fingerprint()
 
     def close(self) -> None:
         self.ev.close()

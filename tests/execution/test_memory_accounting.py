@@ -50,8 +50,9 @@ def test_a_large_jobs_candidate_and_judging_take_turns():
     s = o = GIB  # set and outputs over LARGE_SET_BYTES: each side hands its copies back before the other
     candidate = 3 * s + 2 * o  # own copy, clone, pristine; output and poisoned block
     trusted = s + 2 * o + 2 * s + 2 * o  # the set drawn again, outputs, float64 upcasts
-    assert w(s, o, True, own_copies=1) == max(candidate, trusted + s) == trusted + s
-    assert w(s, o, True, own_copies=0) == trusted  # mapped sets: nothing of the candidate's stays
+    # beside the judging: the process's own copy of the set, and the timing buffer kept for the re-check
+    assert w(s, o, True, own_copies=1) == max(candidate, trusted + 2 * s) == trusted + 2 * s
+    assert w(s, o, True, own_copies=0) == trusted + s  # mapped sets: only the timing buffer stays
     # a reference whose forward temporaries dwarf its set: the candidate's turn is the larger
     assert w(s, o, False, own_copies=1, temp_bytes=20 * GIB) == candidate + 20 * GIB
     # just below the threshold the two are summed
@@ -209,13 +210,13 @@ def test_a_slot_frees_a_large_context_when_its_job_ends(monkeypatch):
     assert freed == ["ctx"] and big._contexts == {} and released == [1, 1, 1]
 
 
-def _loader(tmp_path: Path, share=None):
+def _loader(tmp_path: Path, share=None, large=False):
     sets = []
     for i in range(3):
         sets.append(encode_value([torch.full((64, 64), float(i))], tmp_path, f"set{i}_", [0]))
-    job = SimpleNamespace(sets_cache={}, job={"sets": sets}, share=share, device=torch.device("cpu"),
-                          precision=torch.float32, inputs_dir=tmp_path,
-                          CACHE_ONE_SET_BYTES=worker_mod._Job.CACHE_ONE_SET_BYTES)
+    job = SimpleNamespace(sets_cache={}, job={"sets": sets, "large": large}, share=share, device=torch.device("cpu"),
+                          precision=torch.float32, inputs_dir=tmp_path)
+    job.large = worker_mod._Job.large.fget(job)
     return job
 
 
@@ -223,9 +224,8 @@ def test_the_candidates_process_keeps_one_large_set_read_from_files(tmp_path):
     job = _loader(tmp_path)
     for i in range(3):
         worker_mod._Job.load_set(job, i)
-    assert sorted(job.sets_cache) == [0, 1, 2]  # small sets: all kept (read once each)
-    job = _loader(tmp_path)
-    job.CACHE_ONE_SET_BYTES = 64 * 64 * 4  # each set is "large"
+    assert sorted(job.sets_cache) == [0, 1, 2]  # a small job: all kept (read once each)
+    job = _loader(tmp_path, large=True)  # the trusted side's word, from the sizes its plan used
     for i in range(3):
         vals = worker_mod._Job.load_set(job, i)
         assert float(vals[0][0, 0]) == float(i)
@@ -233,41 +233,61 @@ def test_the_candidates_process_keeps_one_large_set_read_from_files(tmp_path):
     assert worker_mod._Job.load_set(job, 2) is job.sets_cache[2]
 
 
+def test_the_context_says_whether_a_job_is_large(tmp_path):
+    ctx = ProblemContext(Problem(1, 9905, "Sum_test", PROBLEM), get_protocol("kbench"), 3, torch.device("cpu"),
+                         tmp_path)
+    assert not ctx.large and ctx.job_fields()["large"] is False
+    ctx.share_set_nbytes = LARGE_SET_BYTES - ctx.out_nbytes  # the planner's sizes: set + outputs
+    assert ctx.large and ctx.job_fields()["large"] is True
+
+
 def _trial_job(events: list, nbytes_out: int):
-    """What _Job.run_trial uses, recording the order of its hand-back and its message."""
-    job = SimpleNamespace(protocol={"clone_inputs": True}, job={"out_nbytes": nbytes_out}, device=torch.device("cpu"),
-                          findings=[], phase_s={}, out_cursor=0,
+    """What _Job.run_trial uses, recording the order of its hand-back and its message, and which tensors
+    the trial's frame still holds when it hands its memory back."""
+    import sys
+
+    job = SimpleNamespace(protocol={"clone_inputs": True}, job={"out_nbytes": nbytes_out, "large": True},
+                          device=torch.device("cpu"), findings=[], phase_s={}, out_cursor=0,
                           record=SimpleNamespace(calls={}), launches=SimpleNamespace(triton=0))
+    cached = [torch.ones(256, 256)]
     job._add_phase = lambda name, s: worker_mod._Job._add_phase(job, name, s)
-    job.load_set = lambda idx: [torch.ones(256, 256)]
+    job.load_set = lambda idx: cached
     job.poison = lambda n: None
     job.call = lambda args: args[0] * 2
     job.sync = lambda: None
     job.describe_output = lambda o, name: {"shape": list(o.shape)}
     job.check_integrity = lambda where: None
     job.send = lambda msg: events.append(("send", msg["event"]))
-    job.release_large = lambda n: events.append(("release", n))
+
+    def release_large():
+        held = [v for k, v in sys._getframe(1).f_locals.items() if isinstance(v, torch.Tensor)
+                or (isinstance(v, list) and any(isinstance(x, torch.Tensor) for x in v) and v is not cached)]
+        events.append(("release", len(held)))
+    job.release_large = release_large
     return job
 
 
 def test_a_trial_hands_its_copies_back_before_it_reports_the_output():
-    # the trusted side judges as soon as the message arrives: the hand-back must come first
+    # the trusted side judges as soon as the message arrives: the hand-back comes first, and no name in the
+    # trial still holds one of its copies (the clone, the pristine copy, the output, the loops' last items);
+    # only the process's own copy of the set (``inputs``, cached) stays
     events: list = []
     job = _trial_job(events, 256 * 256 * 4)
     assert worker_mod._Job.run_trial(job, 0)
-    assert events == [("release", 2 * 256 * 256 * 4), ("send", "output")]
+    assert events == [("release", 0), ("send", "output")]
 
 
 def test_release_large_empties_the_cache_only_for_a_large_job_on_a_gpu(monkeypatch):
     emptied: list[int] = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
-    job = SimpleNamespace(device=torch.device("cuda:0"), sync=lambda: None)
-    worker_mod._Job.release_large(job, LARGE_SET_BYTES - 1)
+    job = SimpleNamespace(device=torch.device("cuda:0"), sync=lambda: None, large=False)
+    worker_mod._Job.release_large(job)
     assert emptied == []
-    worker_mod._Job.release_large(job, LARGE_SET_BYTES)
+    job.large = True
+    worker_mod._Job.release_large(job)
     assert emptied == [1]
     job.device = torch.device("cpu")
-    worker_mod._Job.release_large(job, 10 * LARGE_SET_BYTES)
+    worker_mod._Job.release_large(job)
     assert emptied == [1]
 
 
@@ -321,10 +341,35 @@ def test_the_context_knows_when_the_candidates_process_casts_copies(tmp_path):
 def test_the_candidates_process_keeps_one_large_cast_copy_of_mapped_sets(tmp_path):
     from kernelbench_harness.execution.tensorio import read_tensor
 
-    job = _loader(tmp_path, share={"sets": []})  # a share: sets described as mapped are views
+    job = _loader(tmp_path, share={"sets": []}, large=True)  # a share: sets described as mapped are views
     job.shared_input = lambda d: read_tensor(d, tmp_path)  # (the mapped buffer's view, on this CPU)
+    for i in range(3):
+        worker_mod._Job.load_set(job, i)
+    assert sorted(job.sets_cache) == [0, 1, 2]  # views used as they are: nothing of its own to drop
+    job = _loader(tmp_path, share={"sets": []}, large=True)
+    job.shared_input = lambda d: read_tensor(d, tmp_path)
     job.precision = torch.float16  # every float set is cast: copies of its own
-    job.CACHE_ONE_SET_BYTES = 64 * 64 * 2
     for i in range(3):
         worker_mod._Job.load_set(job, i)
     assert list(job.sets_cache) == [2]
+
+
+def test_baselines_with_info_reads_the_info_before_freeing_a_large_context(monkeypatch):
+    fake = _FakeAllocator()
+    fake.install(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    contexts = {"k": SimpleNamespace(baseline_info={"eager": {"compile_s": 0.0}, "compile:default": {"error": "x"}})}
+    slot = SimpleNamespace(device=torch.device("cuda:0"), memory_ledger=object(), _in_job=False,
+                           CONTEXT_KEEP_MAX_BYTES=DeviceEvaluator.CONTEXT_KEEP_MAX_BYTES,
+                           measure_baselines=lambda p, pr, s, m: {"eager": "stats"},
+                           context=lambda p, pr, s: contexts["k"])
+    slot._free_contexts = lambda: contexts.clear()
+    fake.allocated = 6 * GIB  # the problem's context (models, stored references) is large
+    stats, info = DeviceEvaluator.baselines_with_info(slot, None, None, 0, ["eager", "compile:default", "x"])
+    assert stats == {"eager": "stats"}
+    assert info == {"eager": {"compile_s": 0.0}, "compile:default": {"error": "x"}, "x": None}
+    assert contexts == {}  # freed after its info was read
+    contexts["k"] = SimpleNamespace(baseline_info={})
+    fake.allocated = 100 << 20  # small: kept for the jobs that follow
+    DeviceEvaluator.baselines_with_info(slot, None, None, 0, ["eager"])
+    assert "k" in contexts
