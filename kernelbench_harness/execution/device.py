@@ -498,6 +498,7 @@ class ProblemContext:
         # set 0's first draw; None where a set holds nested values (those sets go through files)
         self.share_places: list[dict[str, Any] | None] | None = None
         self.share_set_nbytes = 0
+        self.set_nbytes = 0  # set 0's tensors, nested ones included
         self.cast_copies = False
         for i, s in enumerate(seeds):
             vals, where = draw_inputs(mod, s, self._gen_device)
@@ -506,6 +507,7 @@ class ProblemContext:
                               for v in vals):
                 self.share_places, self.share_set_nbytes = _devshare.layout(vals)
             if i == 0:
+                self.set_nbytes = _tensor_nbytes(_tensors_in(vals))  # nested values' tensors included
                 # the candidate's process casts tensors of other dtypes to the run's precision (copies of its
                 # own even where the sets are mapped from shared buffers; counted in the memory claims)
                 self.cast_copies = any(isinstance(v, torch.Tensor) and (v.is_floating_point() or self.cast_all)
@@ -748,7 +750,7 @@ class ProblemContext:
         ``get_inputs`` returns them): the candidate's process keeps one set of its own and it and the trusted
         side take turns with the device's memory (each hands its copies back before the other computes;
         :meth:`DeviceEvaluator.work_nbytes` counts it so)."""
-        return self.share_set_nbytes + self.out_nbytes >= LARGE_SET_BYTES
+        return max(self.share_set_nbytes, self.set_nbytes) + self.out_nbytes >= LARGE_SET_BYTES
 
     def compare(self, outs: list[Any], set_idx: int) -> Comparison:
         """Judge ``outs`` (the candidate's flattened outputs, on the device) against input set ``set_idx``'s
@@ -890,7 +892,7 @@ class ProblemContext:
         """The comparison of ``outs`` with a lazily evaluated reference; hands big temporaries back."""
         cmp = self._judge(outs, ref, ref64)
         del ref, ref64
-        if self.device.type == "cuda" and self.large:
+        if self.device.type == "cuda" and (self.large or self.ref_set_nbytes >= LARGE_SET_BYTES):
             # the candidate's process, alive meanwhile, needs the device memory these temporaries (inputs,
             # their float64 upcasts, reference outputs and their twins: several times the outputs) leave
             # in this process's allocator cache; for small sets handing it back only costs allocations
@@ -976,6 +978,8 @@ class DeviceEvaluator:
         self._contexts: dict[tuple[str, str, int], ProblemContext] = {}
         # (problem hash, protocol fingerprint) -> device bytes its reference's set-up took (_peak_during)
         self._setup_peaks: dict[tuple[str, str], int] = {}
+        #: each mode's baseline_info from the last measure_baselines (read after its context may be freed)
+        self.last_baseline_info: dict[str, Any] = {}
         self._fingerprint: dict[str, Any] | None = None
         # device memory shared with candidate processes (CUDA IPC, see .devshare): tried at the first
         # candidate; KBENCH_DEVSHARE=0 keeps the file exchange
@@ -1220,13 +1224,15 @@ class DeviceEvaluator:
 
         Returns:
             Stats by mode name; a mode that fails (e.g. torch.compile error) is absent and its reason
-            is in ``context(...).baseline_info[mode]``.
+            is in :attr:`last_baseline_info` (``context(...).baseline_info`` while the context lives).
 
         With other slots on the device (a memory ledger), the reference's set-up and the baselines' timing
         sets are claimed in it as a candidate's job's are (:meth:`_claim_for_setup`, :meth:`_plan_memory`),
-        and given back at the end.
+        and given back at the end, a context holding more than :attr:`CONTEXT_KEEP_MAX_BYTES` freed first
+        (inside the device lock's shared hold, before the claim goes).
         """
         own = not self._in_job  # inside a candidate's job the job's claim and plan already cover them
+        self.last_baseline_info = {}
         with self._gpu_work():  # its untimed GPU work (the reference, torch.compile) holds the lock shared
             phase: dict[str, float] = {}
             try:
@@ -1240,33 +1246,26 @@ class DeviceEvaluator:
                 blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
                 for mode, (fn, _compile_s) in fns.items():
                     self._time_baseline_block(ctx, mode, fn, settings, blocks)
-                return self._finish_baselines(ctx, modes, fns, blocks, settings)
+                stats = self._finish_baselines(ctx, modes, fns, blocks, settings)
+                self.last_baseline_info = {m: ctx.baseline_info.get(m) for m in modes}
+                return stats
             finally:
                 if own:
-                    self._give_memory_back()
+                    self._give_memory_back(free_contexts=True)
                     self._job_share = self.memory_share
 
     def baselines_with_info(self, problem: Problem, protocol: Protocol, run_seed: int,
                             modes: list[str]) -> tuple[dict[str, TimingStats], dict[str, Any]]:
         """:meth:`measure_baselines` with each mode's ``baseline_info`` (compile seconds, timing details, why a
-        mode failed), read before the problem's context is freed: with other slots on the device (a memory
-        ledger) a context holding more than :attr:`CONTEXT_KEEP_MAX_BYTES` would otherwise stay allocated
-        outside every claim while the slot waits for its next job (as at the end of :meth:`evaluate`).
+        mode failed), kept from before the problem's context was freed (a large one is, with other slots
+        on the device: it would otherwise stay allocated outside every claim while the slot waits).
 
         Returns:
             ``(stats, info)``: TimingStats by mode (a failed mode is absent) and its info dict by mode (None
             where there is none).
         """
         stats = self.measure_baselines(problem, protocol, run_seed, modes)
-        info = dict(self.context(problem, protocol, run_seed).baseline_info)
-        if self.memory_ledger is not None and self.device.type == "cuda" and not self._in_job:
-            try:
-                if torch.cuda.memory_allocated(self.device) > self.CONTEXT_KEEP_MAX_BYTES:
-                    self._free_contexts()
-                    torch.cuda.empty_cache()
-            except Exception:  # noqa: BLE001 - a device fault shows in the next job
-                pass
-        return stats, {m: info.get(m) for m in modes}
+        return stats, {m: self.last_baseline_info.get(m) for m in modes}
 
     def _prepare_baselines(self, ctx: ProblemContext, protocol: Protocol,
                            modes: list[str]) -> dict[str, tuple[Callable[[int], Any], float]]:
@@ -1646,7 +1645,8 @@ class DeviceEvaluator:
                  "temp64_bytes": int(getattr(ctx, "ref64_temp_bytes", 0))}
         # the sets the candidate's process keeps copies of (worker.py, load_set): a large job only the latest,
         # smaller ones up to eight; none where every set is mapped and used as it is
-        kept = 1 if set_nb + int(ctx.out_nbytes) >= LARGE_SET_BYTES else min(int(ctx.n_sets), 8)  # = ctx.large
+        large = getattr(ctx, "large", set_nb + int(ctx.out_nbytes) >= LARGE_SET_BYTES)
+        kept = 1 if large else min(int(ctx.n_sets), 8)
         casts = bool(getattr(ctx, "cast_copies", False))
 
         def plan_at(share: float) -> Plan:

@@ -719,7 +719,7 @@ def test_measuring_baselines_claims_memory_as_a_job_does_and_gives_it_back(tmp_p
     from kernelbench_harness.execution import device as devmod
 
     calls: list[str] = []
-    ctx = SimpleNamespace(memory_share=None)
+    ctx = SimpleNamespace(memory_share=None, baseline_info={"eager": {"compile_s": 0.0}})
     slot = SimpleNamespace(memory_share=0.25, _job_share=0.9, device=SimpleNamespace(type="cpu"), _in_job=False,
                            _gpu_work=contextlib.nullcontext,
                            _claim_for_setup=lambda *a: calls.append("claim set-up"),
@@ -728,13 +728,15 @@ def test_measuring_baselines_claims_memory_as_a_job_does_and_gives_it_back(tmp_p
                            _prepare_baselines=lambda *a: calls.append("prepare") or {},
                            _time_baseline_block=lambda *a: None,
                            _finish_baselines=lambda *a: calls.append("finish") or {"eager": "stats"},
-                           _give_memory_back=lambda: calls.append("give back"))
+                           _give_memory_back=lambda free_contexts=False: calls.append(
+                               "give back, contexts freed" if free_contexts else "give back"))
     from kernelbench_harness.protocols import get_protocol
 
     proto = get_protocol("kbench")
     assert devmod.DeviceEvaluator.measure_baselines(slot, object(), proto, 0, ["eager"]) == {"eager": "stats"}
-    assert calls == ["claim set-up", "set up", "plan baselines=True", "prepare", "finish", "give back"]
-    assert slot._job_share == 0.25
+    # a large context is freed before the claim goes (in the lock's shared hold); its info is kept first
+    assert calls == ["claim set-up", "set up", "plan baselines=True", "prepare", "finish", "give back, contexts freed"]
+    assert slot._job_share == 0.25 and slot.last_baseline_info == {"eager": {"compile_s": 0.0}}
     calls.clear()
 
     def fail(*a):
@@ -742,7 +744,7 @@ def test_measuring_baselines_claims_memory_as_a_job_does_and_gives_it_back(tmp_p
     slot._prepare_baselines = fail
     with pytest.raises(RuntimeError):
         devmod.DeviceEvaluator.measure_baselines(slot, object(), proto, 0, ["eager"])
-    assert calls[-1] == "give back"
+    assert calls[-1] == "give back, contexts freed" and slot.last_baseline_info == {}
     # inside a candidate's job (its claim and plan cover the baselines): nothing claimed or given back
     calls.clear()
     slot._prepare_baselines = lambda *a: calls.append("prepare") or {}
