@@ -635,9 +635,13 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 dev0 = executor.slots[0]["device"] if executor.slots else "cpu"
                 gpu = dev0.startswith("cuda")
                 workers = cfg.warm_workers if cfg.warm_workers is not None else (min(8, max(1, ncpu // 2)) if gpu else 0)
-                planned = {(s.problem.level, s.problem.problem_id) for s, _ in todo}
-                cold = [p for p in problems if (p.level, p.problem_id) in planned
-                        and len(baselines.known(p, modes)) < len(modes)]
+                # in the order the problems are evaluated (each problem's timing waits for its own compile)
+                first_at: dict[tuple[int, int], int] = {}
+                for i, (s, _) in enumerate(todo):
+                    first_at.setdefault((s.problem.level, s.problem.problem_id), i)
+                cold = sorted((p for p in problems if (p.level, p.problem_id) in first_at
+                               and len(baselines.known(p, modes)) < len(modes)),
+                              key=lambda p: first_at[(p.level, p.problem_id)])
                 if cold and workers > 0 and cfg.executor == "local":
                     prog.note(f"compiling {len(cold)} reference(s) with torch.compile in {workers} processes; "
                               "each problem's timing starts when its own compile is done")
@@ -663,6 +667,12 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 for ev in warm_events.values():
                     ev.set()
 
+        # problems in order, so each slot's cached references are reused by consecutive candidates
+        todo.sort(key=lambda x: (x[0].problem.level, x[0].problem.problem_id, x[0].model, x[0].sample_id))
+        devices = [str(sl.get("device", "")) for sl in (executor.slots or [])]
+        if len(devices) > len(set(devices)) and any(d.startswith("cuda") for d in devices):
+            # several slots on one GPU share its memory (the ledger): large problems spread among small ones
+            todo = _interleave_todo(todo, phase_s)
         warm_task = asyncio.create_task(warm())
         slots = len(executor.slots)
         limit = cfg.concurrency or max(4, min(getattr(ad, "max_concurrency", 8), 64) + 2 * slots +
@@ -688,8 +698,6 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                                  evaluate=evaluate, record=record, start_turn=len(history), history=history)
                 phase_s["generate"] += 0.0 if not ad.is_llm else time.perf_counter() - t0
 
-        # problems in order, so each slot's cached references are reused by consecutive candidates
-        todo.sort(key=lambda x: (x[0].problem.level, x[0].problem.problem_id, x[0].model, x[0].sample_id))
         await asyncio.gather(*(one(s, st) for s, st in todo))
         await warm_task
         status = "finished"
@@ -737,6 +745,22 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 #: ``(run_name, db)`` of runs this process left ``interrupted`` (Ctrl-C, a budget's SIGINT): the CLI says
 #: how to continue them
 INTERRUPTED: list[tuple[str, str | None]] = []
+
+
+def _interleave_todo(todo: list[tuple[Any, int]], phase_s: dict[str, float]) -> list[tuple[Any, int]]:
+    """``todo`` (sample specs with their start turns, in problem order) with its large problems spread evenly
+    among the small ones (:func:`.schedule.interleave_large`); a problem's samples stay together. Adds the
+    seconds spent sizing the problems to ``phase_s["schedule"]``."""
+    from .schedule import interleave_large, problem_nbytes
+
+    t0 = time.perf_counter()
+    groups: dict[tuple[int, int], list[tuple[Any, int]]] = {}
+    for item in todo:
+        groups.setdefault((item[0].problem.level, item[0].problem.problem_id), []).append(item)
+    sizes = {k: problem_nbytes(v[0][0].problem.code) for k, v in groups.items()}
+    order = interleave_large(list(groups), sizes)
+    phase_s["schedule"] = time.perf_counter() - t0
+    return [item for k in order for item in groups[k]]
 
 
 def resume_command(run_name: str, db: str | None) -> str:

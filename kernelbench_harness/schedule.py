@@ -1,0 +1,86 @@
+"""The order in which a run hands its problems to the device slots.
+
+With several slots on one GPU (``--gpus 0,0,0,0,0,0``) the memory ledger lets a job with GiB input sets
+claim most of the device, and the others wait for it. In problem order, level 1's large problems came one
+after another: every slot held a large job waiting for memory while one ran, and the small problems of
+levels 2 and 3 waited for all of them (H200 session 13: 1,391 of the sweep's 1,500 slot-seconds waiting
+for memory were level 1's; 943 s in all, where the large problems' own work was about 480 s and the small
+ones' about 2,400 slot-seconds). :func:`interleave_large` spreads the large problems evenly among the
+small ones, so one large job at a time runs beside small ones. The order changes nothing else: each
+result is the same whichever order the jobs run in.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Hashable, Mapping, Sequence, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+__all__ = ["LARGE_PROBLEM_BYTES", "problem_nbytes", "interleave_large"]
+
+#: a problem whose input set and outputs take at least this many bytes is "large" for the order
+LARGE_PROBLEM_BYTES = 2 << 30
+
+
+def problem_nbytes(code: str) -> int:
+    """Bytes of a problem's input set and its outputs, from meta tensors (no memory, no random numbers,
+    no device): ``get_inputs()`` and ``Model(*get_init_inputs())`` run under ``torch.device("meta")``.
+
+    Args:
+        code: the problem's source (a KernelBench problem file: ``Model``, ``get_inputs``,
+            ``get_init_inputs``).
+
+    Returns:
+        The input set's bytes plus the outputs' (the inputs' alone where the forward cannot run on meta
+        tensors); -1 where even the inputs cannot be drawn there (the problem counts as small).
+    """
+    import torch
+
+    from .execution.warm import meta_input_nbytes
+
+    mod = types.ModuleType("kbench_problem_size")
+    try:
+        exec(compile(code, "<problem>", "exec"), mod.__dict__)
+    except Exception:  # noqa: BLE001 - a broken problem is reported where it is evaluated
+        return -1
+    n_in = meta_input_nbytes(torch, mod)
+    if n_in < 0:
+        return -1
+    try:
+        with torch.device("meta"), torch.no_grad():
+            out = mod.Model(*mod.get_init_inputs())(*mod.get_inputs())
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        return n_in + sum(o.numel() * o.element_size() for o in outs if isinstance(o, torch.Tensor))
+    except Exception:  # noqa: BLE001 - an op without a meta kernel: the inputs' bytes alone
+        return n_in
+
+
+def interleave_large(keys: Sequence[K], nbytes: Mapping[K, int], min_bytes: int = LARGE_PROBLEM_BYTES) -> list[K]:
+    """``keys`` (problems, in their run order) with the large ones (``nbytes[key] >= min_bytes``) spread
+    evenly among the others, largest first; the others keep their order. Every key appears once.
+
+    Args:
+        keys: distinct problem keys in the run's order.
+        nbytes: bytes of each key's input set and outputs (:func:`problem_nbytes`); a missing key is small.
+        min_bytes: the size from which a problem is large.
+    """
+    big = sorted((k for k in keys if nbytes.get(k, -1) >= min_bytes), key=lambda k: -nbytes[k])
+    bigs = set(big)
+    small = [k for k in keys if k not in bigs]
+    n, b = len(keys), len(big)
+    if not b or not small:
+        return list(keys)
+    out: list[K] = []
+    bi = si = 0
+    acc = n // 2  # Bresenham's spacing: a large key each n / b positions, the first after half a gap
+    for _ in range(n):
+        acc += b
+        if bi < b and (acc >= n or si >= len(small)):
+            acc -= n
+            out.append(big[bi])
+            bi += 1
+        else:
+            out.append(small[si])
+            si += 1
+    return out

@@ -1,0 +1,87 @@
+"""The order a run hands problems to slots that share one GPU: large problems spread among small ones
+(H200 session 13: in problem order, level 1's large problems ran back to back and the other slots waited
+for memory behind them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kernelbench_harness.schedule import LARGE_PROBLEM_BYTES, interleave_large, problem_nbytes
+
+GIB = 1 << 30
+
+ELEMENTWISE = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+               "def get_inputs():\n    return [torch.rand(4096, N)]\ndef get_init_inputs():\n    return []\n")
+
+
+def test_problem_bytes_are_its_inputs_and_outputs_from_meta_tensors():
+    # 6 GiB in and 6 GiB out, with nothing allocated (this machine has far less free memory than that)
+    assert problem_nbytes(ELEMENTWISE.replace("N", "393216")) == 12 * GIB
+    reduction = ELEMENTWISE.replace("return x * 2", "return x.sum(dim=1)").replace("N", "1024")
+    assert problem_nbytes(reduction) == 4096 * 1024 * 4 + 4096 * 4
+    # an op without a meta kernel: the inputs alone; a problem that does not run: -1 (small)
+    no_meta = ELEMENTWISE.replace("return x * 2", "return torch.tensor(x.tolist())").replace("N", "8")
+    assert problem_nbytes(no_meta) == 4096 * 8 * 4
+    assert problem_nbytes("raise ValueError('broken')") == -1
+    assert problem_nbytes(ELEMENTWISE.replace("torch.rand(4096, N)", "open('/nonexistent')")) == -1
+
+
+def test_large_problems_are_spread_evenly_largest_first():
+    keys = [f"p{i}" for i in range(20)]
+    sizes = {k: 1 for k in keys}
+    sizes.update({"p0": 3 * GIB, "p1": 8 * GIB, "p2": 4 * GIB, "p3": 16 * GIB})  # back to back, as level 1
+    order = interleave_large(keys, sizes)
+    assert sorted(order) == sorted(keys)
+    big_at = [i for i, k in enumerate(order) if sizes[k] >= LARGE_PROBLEM_BYTES]
+    assert [order[i] for i in big_at] == ["p3", "p1", "p2", "p0"]  # largest first
+    gaps = [b - a for a, b in zip(big_at, big_at[1:])]
+    assert min(gaps) >= 4 and max(gaps) <= 6  # about 20 / 4 apart: never two in a row
+    assert [k for k in order if sizes[k] < LARGE_PROBLEM_BYTES] == keys[4:]  # the others keep their order
+
+
+@pytest.mark.parametrize("n_big", [0, 1, 5, 19, 20])
+def test_every_key_once_whatever_the_mix(n_big):
+    keys = list(range(20))
+    sizes = {k: (GIB * 3 if k < n_big else 0) for k in keys}
+    order = interleave_large(keys, sizes)
+    assert sorted(order) == keys
+    if n_big in (0, 20):
+        assert order == keys  # nothing to spread
+    if n_big == 1:
+        assert 5 <= order.index(0) <= 14  # not first, not last
+
+
+def test_level1_of_kernelbench_spreads_its_large_problems():
+    root = Path(os.environ.get("KBENCH_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "kernelbench" / "level1"
+    if not root.is_dir():
+        pytest.skip("KernelBench level 1 is not under KBENCH_SHARED")
+    files = sorted(root.glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
+    sizes = {int(p.name.split("_")[0]): problem_nbytes(p.read_text()) for p in files}
+    big = [k for k, v in sizes.items() if v >= LARGE_PROBLEM_BYTES]
+    assert 40 <= len(big) <= 80 and sizes[45] >= 16 * GIB  # the 1-16 GiB problems (L1/45: a 16 GiB set)
+    order = interleave_large(list(sizes), sizes)
+    runs = max(len(r) for r in "".join("B" if sizes[k] >= LARGE_PROBLEM_BYTES else "s" for k in order).split("s"))
+    assert runs <= 2  # in problem order, 14 large problems ran back to back (L1/19-32)
+
+
+def test_a_runs_samples_of_one_problem_stay_together():
+    from types import SimpleNamespace
+
+    from kernelbench_harness.runner import _interleave_todo
+
+    def spec(pid: int, sample: int, n: str):
+        code = ELEMENTWISE.replace("N", n)
+        return (SimpleNamespace(problem=SimpleNamespace(level=1, problem_id=pid, code=code), sample_id=sample), 0)
+
+    todo = [spec(pid, s, "393216" if pid in (1, 2) else "8") for pid in range(1, 9) for s in range(2)]
+    phase: dict[str, float] = {}
+    out = _interleave_todo(todo, phase)
+    assert sorted(map(id, out)) == sorted(map(id, todo)) and phase["schedule"] >= 0.0
+    pids = [x[0].problem.problem_id for x in out]
+    assert all(pids[i] == pids[i + 1] for i in range(0, len(pids), 2))  # each problem's two samples in a row
+    assert [x[0].sample_id for x in out] == [0, 1] * 8
+    firsts = pids[::2]
+    assert abs(firsts.index(1) - firsts.index(2)) >= 3  # the two 12 GiB problems apart
