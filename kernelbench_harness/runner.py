@@ -669,8 +669,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 
         # problems in order, so each slot's cached references are reused by consecutive candidates
         todo.sort(key=lambda x: (x[0].problem.level, x[0].problem.problem_id, x[0].model, x[0].sample_id))
-        devices = [str(sl.get("device", "")) for sl in (executor.slots or [])]
-        if len(devices) > len(set(devices)) and any(d.startswith("cuda") for d in devices):
+        if _slots_share_a_gpu(executor.slots or []):
             # several slots on one GPU share its memory (the ledger): large problems spread among small ones
             todo = _interleave_todo(todo, phase_s)
         warm_task = asyncio.create_task(warm())
@@ -747,17 +746,25 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 INTERRUPTED: list[tuple[str, str | None]] = []
 
 
+def _slots_share_a_gpu(slots: list[dict[str, Any]]) -> bool:
+    """Whether two of the local executor's slots (dicts with ``"device"``) are on the same CUDA device
+    (``--gpus 0,0`` or ``--slots-per-gpu``). Ray's slots (``ray:<node>:cuda``) never are: each is its own GPU."""
+    gpus = [str(sl.get("device", "")) for sl in slots if str(sl.get("device", "")).startswith("cuda")]
+    return len(gpus) > len(set(gpus))
+
+
 def _interleave_todo(todo: list[tuple[Any, int]], phase_s: dict[str, float]) -> list[tuple[Any, int]]:
     """``todo`` (sample specs with their start turns, in problem order) with its large problems spread evenly
-    among the small ones (:func:`.schedule.interleave_large`); a problem's samples stay together. Adds the
-    seconds spent sizing the problems to ``phase_s["schedule"]``."""
-    from .schedule import interleave_large, problem_nbytes
+    among the small ones (:func:`.schedule.interleave_large`, sized in a child process by
+    :func:`.schedule.problem_sizes`); a problem's samples stay together. Sets ``phase_s["schedule"]`` to
+    the seconds that took."""
+    from .schedule import interleave_large, problem_sizes
 
     t0 = time.perf_counter()
-    groups: dict[tuple[int, int], list[tuple[Any, int]]] = {}
+    groups: dict[str, list[tuple[Any, int]]] = {}
     for item in todo:
-        groups.setdefault((item[0].problem.level, item[0].problem.problem_id), []).append(item)
-    sizes = {k: problem_nbytes(v[0][0].problem.code) for k, v in groups.items()}
+        groups.setdefault(item[0].problem.key, []).append(item)
+    sizes = problem_sizes({k: v[0][0].problem.code for k, v in groups.items()})
     order = interleave_large(list(groups), sizes)
     phase_s["schedule"] = time.perf_counter() - t0
     return [item for k in order for item in groups[k]]

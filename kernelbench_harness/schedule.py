@@ -13,14 +13,67 @@ result is the same whichever order the jobs run in.
 from __future__ import annotations
 
 import types
+import warnings
 from typing import Hashable, Mapping, Sequence, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
-__all__ = ["LARGE_PROBLEM_BYTES", "problem_nbytes", "interleave_large"]
+__all__ = ["LARGE_PROBLEM_BYTES", "problem_nbytes", "problem_sizes", "interleave_large"]
 
 #: a problem whose input set and outputs take at least this many bytes is "large" for the order
 LARGE_PROBLEM_BYTES = 2 << 30
+
+
+def problem_sizes(codes: Mapping[str, str], timeout_s: float = 120.0) -> dict[str, int]:
+    """:func:`problem_nbytes` of each problem, in a child process (as everywhere else the harness runs problem
+    code: a problem that exits, hangs, changes torch's global state or touches a GPU or the network must
+    not reach the run's driver). The child sees no GPU (``CUDA_VISIBLE_DEVICES`` empty) and runs the Hugging
+    Face libraries offline.
+
+    Args:
+        codes: problem key (any string) -> the problem's source.
+        timeout_s: the child's limit (seconds); past it, or if it fails, no sizes.
+
+    Returns:
+        Key -> bytes (-1 where a problem could not be sized); ``{}`` where the child failed or ran out of time
+        (every problem then counts as small: the run keeps its problem order).
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "kernelbench_harness.schedule"], input=json.dumps(dict(codes)),
+                              capture_output=True, text=True, timeout=timeout_s, env=env)
+        got = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else {}
+    except (subprocess.TimeoutExpired, OSError, ValueError, IndexError):
+        return {}
+    return {str(k): int(v) for k, v in got.items() if str(k) in codes and isinstance(v, int)}
+
+
+def _main() -> None:
+    """``python -m kernelbench_harness.schedule``: problem sources as a JSON object on stdin, their sizes as a
+    JSON object on the last line of stdout."""
+    import json
+    import sys
+
+    import torch
+
+    codes = json.loads(sys.stdin.read())
+    sizes: dict[str, int] = {}
+    dtype = torch.get_default_dtype()
+    for key, code in codes.items():
+        try:
+            sizes[key] = problem_nbytes(code)
+        except BaseException:  # noqa: BLE001 - SystemExit and kin from a problem: that one is unsized
+            sizes[key] = -1
+        finally:  # what one problem changed of torch's defaults does not size the next
+            torch.set_default_dtype(dtype)
+            torch.set_default_device(None)
+    sys.stdout.write("\n" + json.dumps(sizes) + "\n")
+    sys.stdout.flush()
 
 
 def problem_nbytes(code: str) -> int:
@@ -35,6 +88,12 @@ def problem_nbytes(code: str) -> int:
         The input set's bytes plus the outputs' (the inputs' alone where the forward cannot run on meta
         tensors); -1 where even the inputs cannot be drawn there (the problem counts as small).
     """
+    with warnings.catch_warnings():  # the problems' own warnings belong to their evaluation, not here
+        warnings.simplefilter("ignore")
+        return _problem_nbytes(code)
+
+
+def _problem_nbytes(code: str) -> int:
     import torch
 
     from .execution.warm import meta_input_nbytes
@@ -84,3 +143,7 @@ def interleave_large(keys: Sequence[K], nbytes: Mapping[K, int], min_bytes: int 
             out.append(small[si])
             si += 1
     return out
+
+
+if __name__ == "__main__":
+    _main()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelbench_harness.schedule import LARGE_PROBLEM_BYTES, interleave_large, problem_nbytes
+from kernelbench_harness.schedule import LARGE_PROBLEM_BYTES, interleave_large, problem_nbytes, problem_sizes
 
 GIB = 1 << 30
 
@@ -64,7 +64,7 @@ def test_level1_of_kernelbench_spreads_its_large_problems():
     assert 40 <= len(big) <= 80 and sizes[45] >= 16 * GIB  # the 1-16 GiB problems (L1/45: a 16 GiB set)
     order = interleave_large(list(sizes), sizes)
     runs = max(len(r) for r in "".join("B" if sizes[k] >= LARGE_PROBLEM_BYTES else "s" for k in order).split("s"))
-    assert runs <= 2  # in problem order, 14 large problems ran back to back (L1/19-32)
+    assert runs <= 2  # in problem order, 21 large problems came back to back (from L1/19)
 
 
 def test_a_runs_samples_of_one_problem_stay_together():
@@ -74,7 +74,8 @@ def test_a_runs_samples_of_one_problem_stay_together():
 
     def spec(pid: int, sample: int, n: str):
         code = ELEMENTWISE.replace("N", n)
-        return (SimpleNamespace(problem=SimpleNamespace(level=1, problem_id=pid, code=code), sample_id=sample), 0)
+        return (SimpleNamespace(problem=SimpleNamespace(level=1, problem_id=pid, code=code, key=f"L1/{pid}"),
+                                sample_id=sample), 0)
 
     todo = [spec(pid, s, "393216" if pid in (1, 2) else "8") for pid in range(1, 9) for s in range(2)]
     phase: dict[str, float] = {}
@@ -85,3 +86,33 @@ def test_a_runs_samples_of_one_problem_stay_together():
     assert [x[0].sample_id for x in out] == [0, 1] * 8
     firsts = pids[::2]
     assert abs(firsts.index(1) - firsts.index(2)) >= 3  # the two 12 GiB problems apart
+
+
+def test_problems_are_sized_in_a_child_process_that_nothing_escapes():
+    import torch
+
+    big = ELEMENTWISE.replace("N", "393216")
+    codes = {
+        "exits": "import sys\nsys.exit(3)\n",
+        "float64": "import torch\ntorch.set_default_dtype(torch.float64)\n" + ELEMENTWISE.replace("N", "8"),
+        "big": big,  # after the one that changed the default dtype: sized as float32 still
+        "gpu": ELEMENTWISE.replace("torch.rand(4096, N)", "torch.rand(8, 8).cuda()"),
+    }
+    dtype = torch.get_default_dtype()
+    sizes = problem_sizes(codes)
+    assert torch.get_default_dtype() == dtype  # the driver's torch untouched
+    assert sizes["exits"] == -1 and sizes["big"] == 12 * GIB and sizes["gpu"] == -1
+    assert sizes["float64"] == 4096 * 8 * 8 * 2  # its own tensors in float64, in and out
+    # a problem that hangs: past the limit, no sizes at all (the run keeps its problem order)
+    assert problem_sizes({"hangs": "while True:\n    pass\n", "big": big}, timeout_s=5.0) == {}
+
+
+def test_only_slots_sharing_a_gpu_reorder_a_run():
+    from kernelbench_harness.runner import _slots_share_a_gpu
+
+    assert _slots_share_a_gpu([{"device": "cuda:0"}, {"device": "cuda:0"}])
+    assert _slots_share_a_gpu([{"device": "cuda:0"}, {"device": "cuda:1"}, {"device": "cuda:1"}])
+    assert not _slots_share_a_gpu([{"device": "cuda:0"}, {"device": "cuda:1"}])
+    assert not _slots_share_a_gpu([{"device": "cpu"}, {"device": "cpu"}])  # CPU slots time in turn anyway
+    assert not _slots_share_a_gpu([{"device": "ray:n1:cuda"}, {"device": "ray:n1:cuda"}])  # one GPU each
+    assert not _slots_share_a_gpu([])
