@@ -749,7 +749,7 @@ INTERRUPTED: list[tuple[str, str | None]] = []
 def _slots_share_a_gpu(slots: list[dict[str, Any]]) -> bool:
     """Whether two of the local executor's slots (dicts with ``"device"``) are on the same CUDA device
     (``--gpus 0,0`` or ``--slots-per-gpu``). Ray's slots (``ray:<node>:cuda``) never are: each is its own GPU."""
-    gpus = [str(sl.get("device", "")) for sl in slots if str(sl.get("device", "")).startswith("cuda")]
+    gpus = [d for d in (str(sl.get("device", "")) for sl in slots) if d.startswith("cuda")]
     return len(gpus) > len(set(gpus))
 
 

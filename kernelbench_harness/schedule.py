@@ -96,7 +96,7 @@ def problem_nbytes(code: str) -> int:
 def _problem_nbytes(code: str) -> int:
     import torch
 
-    from .execution.warm import meta_input_nbytes
+    from .execution.warm import _tensor_nbytes, meta_input_nbytes
 
     mod = types.ModuleType("kbench_problem_size")
     try:
@@ -110,7 +110,7 @@ def _problem_nbytes(code: str) -> int:
         with torch.device("meta"), torch.no_grad():
             out = mod.Model(*mod.get_init_inputs())(*mod.get_inputs())
         outs = out if isinstance(out, (list, tuple)) else [out]
-        return n_in + sum(o.numel() * o.element_size() for o in outs if isinstance(o, torch.Tensor))
+        return n_in + _tensor_nbytes(torch, outs)
     except Exception:  # noqa: BLE001 - an op without a meta kernel: the inputs' bytes alone
         return n_in
 

@@ -576,7 +576,7 @@ class ProblemContext:
 
         self.refs.append(run_ref(self.set_values(0), measure=True))
         want64 = protocol.judge == "fp64-bound"
-        set0_nbytes = sum(o.numel() * o.element_size() for o in self.refs[0] if isinstance(o, torch.Tensor))
+        set0_nbytes = _tensor_nbytes(self.refs[0])
         twin_nbytes = sum(o.numel() * self._twin_itemsize(o) for o in self.refs[0] if isinstance(o, torch.Tensor))
         self.out_nbytes = set0_nbytes
         self.ref_set_nbytes = set0_nbytes + (twin_nbytes if want64 else 0)
@@ -612,8 +612,7 @@ class ProblemContext:
                 self.refs.append(run_ref(self.set_values(i)))
             if not checked:
                 check_determinism()  # after the other sets: a reference that depends on earlier calls differs
-            self.out_nbytes = max(sum(o.numel() * o.element_size() for o in r if isinstance(o, torch.Tensor))
-                                  for r in self.refs)
+            self.out_nbytes = max(_tensor_nbytes(r) for r in self.refs)
         random_ref = "nondeterministic-reference" in self.flags
         # a random reference is judged with allclose against its stored draw: no float64 twin
         want64 = want64 and not random_ref
@@ -1425,8 +1424,8 @@ class DeviceEvaluator:
     def _give_memory_back(self, free_contexts: bool = False) -> None:
         """End this job's claim in the memory ledger (if any), the allocator's cache handed back first; with
         ``free_contexts`` (a candidate's job ends), the cached problem contexts too where this process holds
-        more than :attr:`CONTEXT_KEEP_MAX_BYTES` of the device. (A standalone :meth:`measure_baselines` keeps
-        its context: its caller reads ``context(...).baseline_info`` next.)"""
+        more than :attr:`CONTEXT_KEEP_MAX_BYTES` of the device (:meth:`measure_baselines` keeps each mode's
+        info in :attr:`last_baseline_info` first)."""
         self._job_claim = 0.0  # (the job's result has recorded it)
         if self.memory_ledger is None:
             return

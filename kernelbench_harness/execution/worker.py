@@ -345,7 +345,6 @@ class _Job:
             self.sets_cache[idx] = out
         return out
 
-
     def request_set(self, idx: int) -> dict[str, Any]:
         """Ask the trusted side to put input set ``idx`` into the one shared staging buffer (input sets too
         large to share all at once, see DeviceEvaluator._share_sets); returns the set's description,
