@@ -23,6 +23,13 @@ __all__ = ["LARGE_PROBLEM_BYTES", "problem_nbytes", "problem_sizes", "interleave
 #: a problem whose input set and outputs take at least this many bytes is "large" for the order
 LARGE_PROBLEM_BYTES = 2 << 30
 
+#: seconds the sizing child gives one problem's forward on meta tensors; past it the problem is sized by its
+#: inputs alone. Recurrent layers run their meta forward step by step in Python decompositions: KernelBench's
+#: eight LSTM/GRU problems took 50 of the 57 s that sizing levels 1-3 took without a limit (2-core CPU), and
+#: their outputs are a few MiB. The child's first meta operation (about 1.4 s there, loading torch's meta
+#: registrations) runs before the first problem, outside the limit.
+FORWARD_LIMIT_S = 1.0
+
 
 def problem_sizes(codes: Mapping[str, str], timeout_s: float = 120.0) -> dict[str, int]:
     """:func:`problem_nbytes` of each problem, in a child process (as everywhere else the harness runs problem
@@ -63,10 +70,12 @@ def _main() -> None:
 
     codes = json.loads(sys.stdin.read())
     sizes: dict[str, int] = {}
+    with torch.no_grad():  # torch's one-time set-up for meta tensors, outside any problem's limit
+        torch.nn.functional.linear(torch.ones(2, 2, device="meta"), torch.ones(2, 2, device="meta")).sum()
     dtype = torch.get_default_dtype()
     for key, code in codes.items():
         try:
-            sizes[key] = problem_nbytes(code)
+            sizes[key] = problem_nbytes(code, forward_limit_s=FORWARD_LIMIT_S)
         except BaseException:  # noqa: BLE001 - SystemExit and kin from a problem: that one is unsized
             sizes[key] = -1
         finally:  # what one problem changed of torch's defaults does not size the next
@@ -76,7 +85,7 @@ def _main() -> None:
     sys.stdout.flush()
 
 
-def problem_nbytes(code: str) -> int:
+def problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
     """Bytes of a problem's input set and its outputs, from meta tensors (no memory, no random numbers,
     no device): ``get_inputs()`` and ``Model(*get_init_inputs())`` run under ``torch.device("meta")``.
 
@@ -84,16 +93,29 @@ def problem_nbytes(code: str) -> int:
         code: the problem's source (a KernelBench problem file: ``Model``, ``get_inputs``,
             ``get_init_inputs``).
 
+        forward_limit_s: seconds for the forward on meta tensors (None: no limit); past it the inputs' bytes
+            alone. The limit is a ``SIGALRM`` timer: only in a process's main thread (the sizing child's),
+            and it interrupts Python code, not one long call into C++.
+
     Returns:
         The input set's bytes plus the outputs' (the inputs' alone where the forward cannot run on meta
-        tensors); -1 where even the inputs cannot be drawn there (the problem counts as small).
+        tensors or runs past ``forward_limit_s``); -1 where even the inputs cannot be drawn there (the
+        problem counts as small).
     """
     with warnings.catch_warnings():  # the problems' own warnings belong to their evaluation, not here
         warnings.simplefilter("ignore")
-        return _problem_nbytes(code)
+        return _problem_nbytes(code, forward_limit_s)
 
 
-def _problem_nbytes(code: str) -> int:
+class _ForwardTimeout(Exception):
+    pass
+
+
+def _raise_timeout(signum: int, frame: object) -> None:
+    raise _ForwardTimeout
+
+
+def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
     import torch
 
     from .execution.warm import _tensor_nbytes, meta_input_nbytes
@@ -106,13 +128,23 @@ def _problem_nbytes(code: str) -> int:
     n_in = meta_input_nbytes(torch, mod)
     if n_in < 0:
         return -1
+    import signal
+
+    timed = forward_limit_s is not None and forward_limit_s > 0
+    old = signal.signal(signal.SIGALRM, _raise_timeout) if timed else None
     try:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, forward_limit_s)
         with torch.device("meta"), torch.no_grad():
             out = mod.Model(*mod.get_init_inputs())(*mod.get_inputs())
         outs = out if isinstance(out, (list, tuple)) else [out]
         return n_in + _tensor_nbytes(torch, outs)
-    except Exception:  # noqa: BLE001 - an op without a meta kernel: the inputs' bytes alone
+    except Exception:  # noqa: BLE001 - an op without a meta kernel, or past the limit: the inputs' bytes alone
         return n_in
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
 
 
 def interleave_large(keys: Sequence[K], nbytes: Mapping[K, int], min_bytes: int = LARGE_PROBLEM_BYTES) -> list[K]:

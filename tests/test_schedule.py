@@ -5,6 +5,7 @@ for memory behind them)."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,12 @@ def test_problems_are_sized_in_a_child_process_that_nothing_escapes():
     assert torch.get_default_dtype() == dtype  # the driver's torch untouched
     assert sizes["exits"] == -1 and sizes["big"] == 12 * GIB and sizes["gpu"] == -1
     assert sizes["float64"] == 4096 * 8 * 8 * 2  # its own tensors in float64, in and out
+    # a forward that runs long on meta tensors (recurrent layers' Python decompositions): its inputs alone,
+    # and the problems after it are still sized
+    slow = ELEMENTWISE.replace("return x * 2", "while True:\n            pass").replace("N", "8")
+    t0 = time.perf_counter()
+    assert problem_sizes({"slow": slow, "big": big}) == {"slow": 4096 * 8 * 4, "big": 12 * GIB}
+    assert time.perf_counter() - t0 < 60
     # a problem that hangs: past the limit, no sizes at all (the run keeps its problem order)
     assert problem_sizes({"hangs": "while True:\n    pass\n", "big": big}, timeout_s=5.0) == {}
 
