@@ -71,7 +71,7 @@ def _main() -> None:
     codes = json.loads(sys.stdin.read())
     sizes: dict[str, int] = {}
     with torch.no_grad():  # torch's one-time set-up for meta tensors, outside any problem's limit
-        torch.nn.functional.linear(torch.ones(2, 2, device="meta"), torch.ones(2, 2, device="meta")).sum()
+        torch.nn.functional.linear(torch.ones(2, 2, device="meta"), torch.ones(2, 2, device="meta")).mul(2).sum()
     dtype = torch.get_default_dtype()
     for key, code in codes.items():
         try:
@@ -86,21 +86,24 @@ def _main() -> None:
 
 
 def problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
-    """Bytes of a problem's input set and its outputs, from meta tensors (no memory, no random numbers,
-    no device): ``get_inputs()`` and ``Model(*get_init_inputs())`` run under ``torch.device("meta")``.
+    """Bytes of a problem's input set, its outputs and its model's weights, from meta tensors (no memory, no
+    random numbers, no device): ``get_inputs()`` and ``Model(*get_init_inputs())`` run under
+    ``torch.device("meta")``. Weights count: each slot holds them several times over (the candidate's model
+    and its ablation copy, the reference and its float64 twin), and KernelBench's MLPs hold 4-8 GiB of them
+    on inputs of a few MiB.
 
     Args:
         code: the problem's source (a KernelBench problem file: ``Model``, ``get_inputs``,
             ``get_init_inputs``).
-
-        forward_limit_s: seconds for the forward on meta tensors (None: no limit); past it the inputs' bytes
-            alone. The limit is a ``SIGALRM`` timer: only in a process's main thread (the sizing child's),
-            and it interrupts Python code, not one long call into C++.
+        forward_limit_s: seconds for the forward on meta tensors (None: no limit); past it the inputs' and
+            weights' bytes alone (tried twice: the first use of an op on meta tensors sets it up, once per
+            process). The limit is a ``SIGALRM`` timer: only in a process's main thread (the sizing
+            child's), and it interrupts Python code, not one long call into C++.
 
     Returns:
-        The input set's bytes plus the outputs' (the inputs' alone where the forward cannot run on meta
-        tensors or runs past ``forward_limit_s``); -1 where even the inputs cannot be drawn there (the
-        problem counts as small).
+        The input set's bytes plus the weights' and the outputs' (without the outputs where the forward
+        cannot run on meta tensors or runs past ``forward_limit_s``, without the weights too where the model
+        cannot be built there); -1 where even the inputs cannot be drawn there (the problem counts as small).
     """
     with warnings.catch_warnings():  # the problems' own warnings belong to their evaluation, not here
         warnings.simplefilter("ignore")
@@ -118,7 +121,7 @@ def _raise_timeout(signum: int, frame: object) -> None:
 def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
     import torch
 
-    from .execution.warm import _tensor_nbytes, meta_input_nbytes
+    from .execution.warm import _tensor_nbytes, meta_input_nbytes, module_nbytes
 
     mod = types.ModuleType("kbench_problem_size")
     try:
@@ -131,19 +134,35 @@ def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
     import signal
 
     timed = forward_limit_s is not None and forward_limit_s > 0
+
+    def attempt() -> tuple[int, bool]:
+        """(bytes sized, whether the limit cut the forward)"""
+        n = n_in
+        try:
+            if timed:
+                signal.setitimer(signal.ITIMER_REAL, forward_limit_s)
+            with torch.device("meta"), torch.no_grad():
+                model = mod.Model(*mod.get_init_inputs())
+                n += module_nbytes(torch, model)
+                out = model(*mod.get_inputs())
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            return n + _tensor_nbytes(torch, outs), False
+        except _ForwardTimeout:
+            return n, True
+        except Exception:  # noqa: BLE001 - an op without a meta kernel: what was sized so far
+            return n, False
+        finally:
+            if timed:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+
     old = signal.signal(signal.SIGALRM, _raise_timeout) if timed else None
     try:
-        if timed:
-            signal.setitimer(signal.ITIMER_REAL, forward_limit_s)
-        with torch.device("meta"), torch.no_grad():
-            out = mod.Model(*mod.get_init_inputs())(*mod.get_inputs())
-        outs = out if isinstance(out, (list, tuple)) else [out]
-        return n_in + _tensor_nbytes(torch, outs)
-    except Exception:  # noqa: BLE001 - an op without a meta kernel, or past the limit: the inputs' bytes alone
-        return n_in
+        got, cut = attempt()
+        if cut:  # once more: torch's one-time set-up of an op on meta tensors may have taken the limit
+            got, _cut = attempt()
+        return got
     finally:
         if timed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
 
 

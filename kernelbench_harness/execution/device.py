@@ -181,6 +181,15 @@ def _tensor_nbytes(vals: Any) -> int:
     return sum(v.numel() * v.element_size() for v in vals if isinstance(v, torch.Tensor))
 
 
+def _module_nbytes(model: Any, device_only: bool = False) -> int:
+    """Bytes of a module's parameters and buffers, each counted once (0 for a plain callable);
+    ``device_only``: those on a CUDA device only."""
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    seen = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+    return sum(t.numel() * t.element_size() for t in seen.values() if t.is_cuda or not device_only)
+
+
 class ReferenceError_(RuntimeError):
     """The problem's own reference failed (bad problem file, unsupported op on this device); ``oom``: the
     trusted side ran out of device memory evaluating it (beside the candidate's process)."""
@@ -477,6 +486,12 @@ class ProblemContext:
         if self.dtype != torch.float32:
             model = model.to(self.dtype)
         self.model = model
+        # the weights' device memory (bytes), for the memory ledger's claims (DeviceEvaluator._planner): the
+        # reference's as constructed (the candidate's ModelNew is taken to be as large), on the device at the
+        # run's precision, and its float64 twin's (set below; 0 without one)
+        self.weight_init_bytes = _module_nbytes(self.model_cpu)
+        self.weight_bytes = _module_nbytes(model, device_only=True)
+        self.weight64_bytes = 0
         # input sets: drawn on the GPU when the protocol says so (protocol.input_device), on the CPU
         # otherwise or where that fails. Sets drawn on the GPU that draw again to the same values from their
         # seeds are not kept at all (``redraw``): each use draws them again, in milliseconds, where a host
@@ -622,6 +637,7 @@ class ProblemContext:
         if want64:
             try:
                 self._m64 = self._model64()
+                self.weight64_bytes = _module_nbytes(self._m64, device_only=True)
                 with grad():
                     args64 = _upcast(self.set_values(0), device)
                     raw64, peak64 = _peak_during(device, lambda: self._m64(*args64))
@@ -643,6 +659,7 @@ class ProblemContext:
                 self.flags.append("no-fp64-reference")
                 self.refs64 = None
                 self._m64 = None
+                self.weight64_bytes = 0
         self.setup_s = time.perf_counter() - t0
         self.baselines: dict[str, TimingStats] = {}
         self.baseline_info: dict[str, Any] = {}
@@ -691,8 +708,10 @@ class ProblemContext:
         return self._sets_enc
 
     def _model64(self) -> Any:
-        """A float64 copy of the reference model on the device (weights as first initialised)."""
-        return copy.deepcopy(self.model_cpu).to(self.device).double()
+        """A float64 copy of the reference model on the device (weights as first initialised). Cast on the
+        host, then moved: cast on the device, the float32 copy it was cast from stayed in this process's
+        allocator cache beside the twin (the same values either way)."""
+        return copy.deepcopy(self.model_cpu).double().to(self.device)
 
     @staticmethod
     def _twin_itemsize(o: torch.Tensor) -> int:
@@ -712,12 +731,14 @@ class ProblemContext:
         """How the references are kept, for a result's ``extra``: ``reference_mode`` (``"lazy"`` or
         ``"stored"``), ``reference_estimate_bytes`` (storing every set's), ``reference_budget_bytes``
         (None: unlimited), and the forward's measured temporaries beyond its outputs (``reference_temp_bytes``,
-        ``reference64_temp_bytes`` for the float64 twin; 0 where not measured)."""
+        ``reference64_temp_bytes`` for the float64 twin; 0 where not measured), and the device bytes of the
+        reference's weights (``reference_weight_bytes``) and of its float64 twin's (``reference64_weight_bytes``)."""
         return {"inputs_drawn_on": self.inputs_drawn_on,
                 "reference_mode": "lazy" if self.lazy_refs else "stored",
                 "reference_estimate_bytes": self.ref_estimate_bytes,
                 "reference_budget_bytes": self.ref_budget_bytes,
-                "reference_temp_bytes": self.ref_temp_bytes, "reference64_temp_bytes": self.ref64_temp_bytes}
+                "reference_temp_bytes": self.ref_temp_bytes, "reference64_temp_bytes": self.ref64_temp_bytes,
+                "reference_weight_bytes": self.weight_bytes, "reference64_weight_bytes": self.weight64_bytes}
 
     @property
     def timing_sets(self) -> list[int]:
@@ -1581,15 +1602,16 @@ class DeviceEvaluator:
         fell = self._claim_and_wait(1.0, int(UTIL * total), phase)
         self._alone_fell = self._alone_fell or fell  # claimed after the wait whatever the others hold
 
-    #: a problem whose input set takes at least this many bytes claims memory before its reference is set up
+    #: a problem whose set-up takes at least this many bytes claims memory before its reference is set up
     SETUP_CLAIM_MIN_BYTES = 256 << 20
 
     def _claim_for_setup(self, problem: Problem, protocol: Protocol, run_seed: int, phase: dict[str, float]) -> None:
         """Claim, in the memory ledger, what setting up ``problem``'s reference takes, before it is set up:
         what it took when this slot last set it up (its forward temporaries, weights and stored references
         included), else its input set (sized from meta tensors: nothing drawn) taken as the size of its
-        outputs too, by :meth:`work_nbytes`. Only for :attr:`SETUP_CLAIM_MIN_BYTES` or more whose context
-        is not cached; :meth:`_plan_memory` then replaces the claim with its plan's.
+        outputs too, by :meth:`work_nbytes`, and its weights (also from meta tensors; with their float64
+        twin's where outputs are judged against float64). Only for :attr:`SETUP_CLAIM_MIN_BYTES` or more
+        whose context is not cached; :meth:`_plan_memory` then replaces the claim with its plan's.
 
         Without it (H200 session 12) six slots set up 6 GiB references at once: draws the device refused
         fell back to the host (sets that could then not be drawn again on the device, and host memory enough
@@ -1601,15 +1623,18 @@ class DeviceEvaluator:
                 or (problem.code_sha256, protocol.fingerprint(), run_seed) in self._contexts:
             return
         from .memledger import UTIL
-        from .warm import meta_input_nbytes
+        from .warm import meta_input_nbytes, meta_weight_nbytes
 
         need = self._setup_peaks.get((problem.code_sha256, protocol.fingerprint()), 0)
         try:
-            set_nb = meta_input_nbytes(torch, _exec_problem(problem))
+            mod = _exec_problem(problem)
+            set_nb, weight_nb = meta_input_nbytes(torch, mod), meta_weight_nbytes(torch, mod)
         except ReferenceError_:
-            set_nb = 0  # reported when the context is set up
-        if set_nb >= self.SETUP_CLAIM_MIN_BYTES:
-            need = max(need, self.work_nbytes(set_nb, set_nb, protocol.judge == "fp64-bound", own_copies=0))
+            set_nb = weight_nb = 0  # reported when the context is set up
+        fp64 = protocol.judge == "fp64-bound"
+        sets = self.work_nbytes(set_nb, set_nb, fp64, own_copies=0) if set_nb >= self.SETUP_CLAIM_MIN_BYTES else 0
+        # the reference's weights on the device, at most float32, and their float64 twin's
+        need = max(need, sets + weight_nb * (3 if fp64 else 1))
         if need < self.SETUP_CLAIM_MIN_BYTES:
             return
         total = int(torch.cuda.get_device_properties(self.device).total_memory)
@@ -1642,6 +1667,8 @@ class DeviceEvaluator:
         refs = 0 if ctx.lazy_refs else int(ctx.ref_estimate_bytes)
         temps = {"temp_bytes": int(getattr(ctx, "ref_temp_bytes", 0)),
                  "temp64_bytes": int(getattr(ctx, "ref64_temp_bytes", 0))}
+        weights = self.weights_nbytes(int(getattr(ctx, "weight_init_bytes", 0)), int(getattr(ctx, "weight_bytes", 0)),
+                                      int(getattr(ctx, "weight64_bytes", 0)))
         # the sets the candidate's process keeps copies of (worker.py, load_set): a large job only the latest,
         # smaller ones up to eight; none where every set is mapped and used as it is
         large = getattr(ctx, "large", set_nb + int(ctx.out_nbytes) >= LARGE_SET_BYTES)
@@ -1658,8 +1685,21 @@ class DeviceEvaluator:
             base = k * set_nb + int(ctx.out_nbytes) if baselines else 0
             # the timing copies live in the candidate's process while it is timed, the judging's memory while
             # it is judged (handed back after): the larger of the two, not both
-            return Plan(ex, k, shared + max((2 * k + 1) * set_nb, work) + refs + base)
+            return Plan(ex, k, shared + max((2 * k + 1) * set_nb, work) + refs + base + weights)
         return plan_at
+
+    @staticmethod
+    def weights_nbytes(init_bytes: int, device_bytes: int, device64_bytes: int) -> int:
+        """The device memory a job's weights hold through the whole job (bytes), counted in its claim beside
+        the rest: in the candidate's process, its ``ModelNew`` (taken to be as large as the reference as
+        constructed, ``init_bytes``) and the copy the kernel-ablation call makes of it (worker.py,
+        ``_ablation``); on the trusted side, the reference at the run's precision (``device_bytes``) and its
+        float64 twin (``device64_bytes``), kept while the problem's context lives.
+
+        Uncounted (H200 session 14), L3/2 (8 GiB of weights, 8 MiB of inputs) held 44 GiB on a claim of the
+        4.9 GiB floor, and L2/55, 56 and 59 (4 GiB) 24 GiB each.
+        """
+        return 2 * init_bytes + device_bytes + device64_bytes
 
     @staticmethod
     def work_nbytes(set_nbytes: int, out_nbytes: int, fp64_judge: bool, *, own_copies: int = 1,

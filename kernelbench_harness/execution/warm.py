@@ -190,6 +190,25 @@ def meta_input_nbytes(torch: Any, mod: Any) -> int:
         return -1
 
 
+def meta_weight_nbytes(torch: Any, mod: Any) -> int:
+    """Bytes of the parameters and buffers of the problem module's ``Model(*get_init_inputs())``, built on
+    meta tensors (no memory, no random numbers); 0 when that fails or the model is no module."""
+    try:
+        with torch.device("meta"):
+            model = mod.Model(*mod.get_init_inputs())
+        return module_nbytes(torch, model)
+    except Exception:  # noqa: BLE001 - measured when the context is set up instead
+        return 0
+
+
+def module_nbytes(torch: Any, model: Any) -> int:
+    """Bytes of a module's parameters and buffers, each counted once (0 for what is no module)."""
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    seen = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+    return sum(t.numel() * t.element_size() for t in seen.values())
+
+
 def _tensor_nbytes(torch: Any, vals: Any) -> int:
     """Bytes of the tensors among ``vals`` (a problem's inputs)."""
     return sum(t.numel() * t.element_size() for t in vals if isinstance(t, torch.Tensor))

@@ -74,7 +74,7 @@ for phase in ${PHASES//,/ }; do
       timeout ${T_REPEAT:-300} python3 scripts/gpu/repeatability.py --store $DB --run kernelsseum \
         --generations .data/kernelsseum-v0/generations.jsonl --problems .data/kernelsseum-v0/problems \
         ${REPEAT_PROTOCOLS:+--protocols $REPEAT_PROTOCOLS} ${REPEAT_TAG:+--tag $REPEAT_TAG} \
-        ${REPEAT_ARGS:+--kbench-args "$REPEAT_ARGS"} --out "$OUT" >> "$OUT/session.log" 2>&1
+        ${REPEAT_ARGS:+--kbench-args="$REPEAT_ARGS"} --out "$OUT" >> "$OUT/session.log" 2>&1
       rc=$?
       # the runs' stores (raw samples, windows, clocks) for the analysis elsewhere
       mkdir -p "$OUT/repeat-dbs"

@@ -36,7 +36,8 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
                            SHARE_MAX_FRACTION=DeviceEvaluator.SHARE_MAX_FRACTION, MEMORY_WAIT_MAX_S=10.0,
                            _share_ok=share_ok, _take_shared=lambda lk: None, _alone=False, _job_claim=0.0,
                            _share_out_nbytes=DeviceEvaluator._share_out_nbytes,
-                           work_nbytes=DeviceEvaluator.work_nbytes, PHYSICAL_WAIT_MAX_S=10.0, PHYSICAL_POLL_S=0.01)
+                           work_nbytes=DeviceEvaluator.work_nbytes, weights_nbytes=DeviceEvaluator.weights_nbytes,
+                           PHYSICAL_WAIT_MAX_S=10.0, PHYSICAL_POLL_S=0.01)
     slot._planner = lambda ctx, total, baselines=False: DeviceEvaluator._planner(slot, ctx, total, baselines)
     slot._wait_device_free = lambda need, give, wait: DeviceEvaluator._wait_device_free(slot, need, give, wait)
     slot._lock_given_up_while_waiting = lambda: DeviceEvaluator._lock_given_up_while_waiting(slot)
@@ -571,6 +572,14 @@ def test_a_large_problem_claims_its_set_up_before_the_reference_is_set_up(monkey
     slot._contexts = {(big.code_sha256, protocol.fingerprint(), 7): object()}
     DeviceEvaluator._claim_for_setup(slot, big, protocol, 7, {})
     assert b.claims[1] == 0.0
+    # small inputs, 1 GiB of weights (L3/2 holds 8): the reference on the device and its float64 twin
+    mlp = Problem(1, 953, "Weights_test", code.replace("N", "16").replace(
+        "def forward", "def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(16384, 16384)\n    def forward"))
+    DeviceEvaluator._claim_for_setup(slot, mlp, protocol, 7, {})
+    w = 16384 * 16384 * 4 + 16384 * 4
+    assert b.claims[1] == pytest.approx(3 * w / (UTIL * H200))
+    b.release()
 
 
 def test_the_best_plan_is_the_best_whose_claim_fits_the_device():

@@ -70,7 +70,8 @@ def _ctx(set_gib: float, out_gib: float, *, temp_gib: float = 0.0, temp64_gib: f
 
 def _planner(share_ok=None):
     slot = SimpleNamespace(_share_ok=share_ok, SHARE_MAX_FRACTION=DeviceEvaluator.SHARE_MAX_FRACTION,
-                           _share_out_nbytes=DeviceEvaluator._share_out_nbytes, work_nbytes=DeviceEvaluator.work_nbytes)
+                           _share_out_nbytes=DeviceEvaluator._share_out_nbytes, work_nbytes=DeviceEvaluator.work_nbytes,
+                           weights_nbytes=DeviceEvaluator.weights_nbytes)
     return lambda ctx, share: DeviceEvaluator._planner(slot, ctx, H200)(share)
 
 
@@ -83,6 +84,16 @@ def test_a_plan_claims_the_references_measured_temporaries():
     assert hot.exchange == small.exchange == "all"
     # the candidate's forward, and the trusted side's larger (the float64 one); a small job sums the sides
     assert hot.nbytes - small.nbytes == 8 * GIB + 16 * GIB
+
+
+def test_a_plan_claims_the_weights_each_side_holds():
+    plan = _planner()
+    # L3/2 in session 14: 8 GiB of weights on 8 MiB of inputs, 44 GiB held on the 4.9 GiB floor
+    light = plan(_ctx(0.01, 0.01), 1.0)
+    heavy = _ctx(0.01, 0.01)
+    heavy.weight_init_bytes, heavy.weight_bytes, heavy.weight64_bytes = 8 * GIB, 8 * GIB, 16 * GIB
+    # the candidate's ModelNew and its ablation copy; the reference and its float64 twin
+    assert plan(heavy, 1.0).nbytes - light.nbytes == 2 * 8 * GIB + 8 * GIB + 16 * GIB
 
 
 def test_a_files_staged_or_cast_plan_counts_the_processs_own_copies():
@@ -132,6 +143,28 @@ def test_the_context_records_the_forwards_temporaries_beyond_its_outputs(tmp_pat
     for i in range(ctx.n_sets):
         x = ctx.set_values(i)[0].double()
         assert torch.equal(ctx.refs64[i][0], x.sum(dim=1))
+
+
+LINEAR = ("import torch\nclass Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+          "        self.fc = torch.nn.Linear(32, 8)\n        self.register_buffer('scale', torch.ones(8))\n"
+          "    def forward(self, x):\n        return self.fc(x) * self.scale\n"
+          "def get_inputs():\n    return [torch.rand(64, 32)]\ndef get_init_inputs():\n    return []\n")
+
+
+def test_the_context_records_its_weights(tmp_path):
+    ctx = ProblemContext(Problem(1, 9903, "Linear_test", LINEAR), get_protocol("kbench"), 3, torch.device("cpu"),
+                         tmp_path)
+    assert ctx.weight_init_bytes == (32 * 8 + 8 + 8) * 4  # weight, bias and the buffer, as constructed
+    # device memory only: on the CPU none (the ledger runs on GPUs only)
+    assert ctx.weight_bytes == 0 and ctx.weight64_bytes == 0
+    info = ctx.reference_info()
+    assert info["reference_weight_bytes"] == 0 and info["reference64_weight_bytes"] == 0
+    # the float64 twin: cast from the host copy, the same values
+    m64 = ctx._model64()
+    assert m64.fc.weight.dtype == torch.float64
+    assert torch.equal(m64.fc.weight, ctx.model_cpu.fc.weight.double())
+    assert device_mod._module_nbytes(m64) == 2 * ctx.weight_init_bytes
+    assert device_mod._module_nbytes(m64, device_only=True) == 0
 
 
 def test_on_the_cpu_nothing_is_measured(tmp_path):
