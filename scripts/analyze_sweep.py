@@ -141,7 +141,8 @@ def main() -> int:
                 # a job's device memory at its peak (trusted process + candidate process, each its allocator's
                 # own high-water mark) against what it claimed (memledger.UTIL of the device per unit)
                 used = tp + (cp if isinstance(cp, int) else 0)
-                peaks.append((used, float(x["memory_claim"]) * UTIL * total_bytes, at))
+                peaks.append((used, float(x["memory_claim"]) * UTIL * total_bytes, at,
+                              max(tp, cp if isinstance(cp, int) else 0)))
         if exch or claims:
             line = "   memory: input exchange " + ", ".join(f"{k} {v}" for k, v in sorted(exch.items()))
             if tsets:
@@ -152,12 +153,16 @@ def main() -> int:
                 line += f"; waited for memory {phases['memory_wait']:.1f} s"
             print(line + f"; re-run alone after an oom {reruns}; trusted-side oom {trusted_oom}")
         if peaks:
-            over = [(u, c, at) for u, c, at in peaks if u > c]
-            ratio = sorted(u / c for u, c, _ in peaks if c > 0)
+            over = [(u, c, at) for u, c, at, _m in peaks if u > c]
+            ratio = sorted(u / c for u, c, _, _m in peaks if c > 0)
+            lower = sorted(m / c for _u, c, _, m in peaks if c > 0)
             # each process's own high-water mark, summed: an upper bound of the job's peak (the trusted side's
             # judging and the candidate's timing copies need not coincide)
             print(f"   device memory, trusted + candidate high-water marks / claimed: {len(peaks)} job(s), median "
                   f"{statistics.median(ratio):.2f}, max {ratio[-1]:.2f}; over the claim: {len(over)}" if ratio else "")
+            if lower:  # the larger of the two alone: a lower bound of the job's peak (large jobs take turns)
+                print(f"   the larger of the two / claimed: median {statistics.median(lower):.2f}, max {lower[-1]:.2f}; "
+                      f"over the claim: {sum(1 for x in lower if x > 1)}")
             for u, c, at in sorted(over, key=lambda t: -t[0] / max(t[1], 1))[:8]:
                 print(f"     L{at.level}/{at.problem_id}: {u / 2**30:.1f} GiB used, {c / 2**30:.1f} GiB claimed")
         startup = (info.config or {}).get("startup_s")
