@@ -2224,6 +2224,8 @@ class DeviceEvaluator:
             self._free_share()
             raise
         timing_windows: list[dict[str, Any]] = []
+        # what became of the checks that can be skipped: "judged", or why not (extra["integrity_checks"])
+        checks: dict[str, Any] = {}
         env_note = {}
         h: ChildHandle | None = None
         compared: list[Comparison] = []
@@ -2324,7 +2326,7 @@ class DeviceEvaluator:
             mark("correctness")  # candidate calls and trusted-side comparisons
             if ok and not static_cheat and job.protocol.ablate_kernels:
                 run_deadline += self._gpu_yield(h, phase, run_deadline)
-                self._ablate(h, ctx, jobdir, findings, expect, run_deadline)
+                self._ablate(h, ctx, jobdir, findings, expect, run_deadline, checks)
                 self._hand_back_judging(ctx)
                 mark("ablation")
             if ok and self.device.type == "cuda":
@@ -2361,7 +2363,7 @@ class DeviceEvaluator:
                     timing_windows.append(window)
                     cand_blocks.append((TimingStats.from_dict(tm.get("stats")), tm.get("info") or {}))
                     if job.protocol.recheck_after_timing and tm.get("timed"):
-                        self._check_timed_output(ctx, tm["timed"], jobdir, findings)
+                        self._check_timed_output(ctx, tm["timed"], jobdir, findings, checks)
                         self._hand_back_judging(ctx)
                     if rounds > 1:
                         t0 = time.perf_counter()
@@ -2407,7 +2409,7 @@ class DeviceEvaluator:
                           "memory_share": round(self._job_share, 4), "memory_claim": round(self._job_claim, 4),
                           "timing_sets": len(ctx.timing_sets),
                           "profile": profile, "timing_info": {k: v for k, v in tinfo.items() if k != "synced_ms"},
-                          "timing_windows": timing_windows,
+                          "timing_windows": timing_windows, "integrity_checks": checks,
                           "peak_rss_bytes": h.peak_rss_bytes,
                           "candidate_device_peak_bytes": done.get("device_peak_bytes")
                           if isinstance(done.get("device_peak_bytes"), int) else None})
@@ -2481,24 +2483,30 @@ class DeviceEvaluator:
             torch.cuda.empty_cache()
 
     def _ablate(self, h: ChildHandle, ctx: ProblemContext, jobdir: Path, findings: list[Finding],
-                expect: Callable[..., dict[str, Any]], deadline: float) -> None:
+                expect: Callable[..., dict[str, Any]], deadline: float, checks: dict[str, Any] | None = None) -> None:
         """The kernel-ablation check (protocol ``ablate_kernels``): the candidate's output with every Triton
         launch skipped, on input set 0 refreshed for :data:`ABLATION_ROUND`, judged against the reference
         on the same values; correct means the kernels do not contribute (``cheat(kernel-not-executed)``).
+        ``checks["kernel_ablation"]`` gets ``"judged"`` or why it was not (the candidate's process skipped
+        it, or the trusted side could not judge it, e.g. out of device memory).
 
         Raises:
             TensorFormatError: a malformed output description (a protocol violation, as elsewhere).
         """
+        checks = {} if checks is None else checks
         h.chan.send({"cmd": "ablate", "set": 0, "round": self.ABLATION_ROUND})
         msg = expect(deadline, "ablation")
         if msg.get("skipped") or not msg.get("descs"):
+            checks["kernel_ablation"] = f"skipped: {str(msg.get('skipped') or 'no output')[:200]}"
             return
         outs = self._read_outputs(msg, jobdir)
         try:
             cmp = ctx.compare_on(0, self.ABLATION_ROUND, outs)
         except ReferenceError_ as e:  # the trusted side could not judge it: no finding either way
             log.warning("%s: kernel-ablation check skipped: %s", ctx.problem.key, e)
+            checks["kernel_ablation"] = f"not judged: {'out of device memory' if e.oom else str(e)[:200]}"
             return
+        checks["kernel_ablation"] = "judged"
         if cmp.ok:
             findings.append(Finding(
                 "runtime.kernel-ablation", Severity.CHEAT, "kernel-not-executed",
@@ -2506,10 +2514,13 @@ class DeviceEvaluator:
                 "is still correct on values no call had seen: the custom kernels do not contribute to it"))
 
     def _check_timed_output(self, ctx: ProblemContext, timed: dict[str, Any], jobdir: Path,
-                            findings: list[Finding]) -> None:
+                            findings: list[Finding], checks: dict[str, Any] | None = None) -> None:
         """Judge the output of the block's last timed call against the reference on the very inputs of
         that call (input set ``timed["set"]`` as refreshed for round ``timed["round"]``): a result served
-        from a cache keyed on approximate contents is stale there (EXPLOITS K-16)."""
+        from a cache keyed on approximate contents is stale there (EXPLOITS K-16). ``checks["timed_output"]``
+        gets ``"judged"`` or why it was not (the trusted side failing, e.g. out of device memory); over
+        several timing blocks, a block not judged is kept over later ones that were."""
+        checks = {} if checks is None else checks
         try:
             set_idx = int(timed.get("set", 0))
             round_ = timed.get("round")
@@ -2521,10 +2532,14 @@ class DeviceEvaluator:
             cmp = ctx.compare_on(set_idx, round_, outs)
         except TensorFormatError as e:
             findings.append(Finding("runtime.protocol", Severity.CHEAT, "protocol", f"timed output: {e}"))
+            checks["timed_output"] = "protocol violation"
             return
         except Exception as e:  # the reference failing here is not the candidate's doing
             log.warning("%s: timed-output check skipped: %s", ctx.problem.key, e)
+            oom = _device_oom(e) or bool(getattr(e, "oom", False))
+            checks["timed_output"] = "not judged: " + ("out of device memory" if oom else f"{type(e).__name__}: {str(e)[:200]}")
             return
+        checks.setdefault("timed_output", "judged")
         if cmp.ok:
             return
         # a cached result matches the set as the candidate first saw it (before any refresh) better

@@ -412,3 +412,33 @@ def test_baselines_with_info_returns_the_info_kept_before_the_context_was_freed(
     stats, info = DeviceEvaluator.baselines_with_info(slot, None, None, 0, ["eager", "compile:default", "x"])
     assert stats == {"eager": "stats"}
     assert info == {"eager": {"compile_s": 0.0}, "compile:default": {"error": "x"}, "x": None}
+
+
+def test_a_check_the_trusted_side_could_not_judge_is_recorded_not_silent():
+    """The kernel-ablation and timed-output checks give no finding when the trusted side cannot judge (out
+    of device memory beside other slots' jobs): the result's ``integrity_checks`` says so."""
+    def oom(*a, **k):
+        raise device_mod.ReferenceError_("the reference ran out of device memory", oom=True)
+
+    ctx = SimpleNamespace(problem=SimpleNamespace(key="L1/1"), n_sets=3, compare_on=oom)
+    slot = SimpleNamespace(_read_outputs=lambda msg, jobdir: [torch.zeros(2)], ABLATION_ROUND=7)
+    checks: dict = {}
+    findings: list = []
+    DeviceEvaluator._check_timed_output(slot, ctx, {"set": 0, "round": 3, "descs": []}, Path("."), findings, checks)
+    assert checks == {"timed_output": "not judged: out of device memory"} and findings == []
+    sent = []
+    h = SimpleNamespace(chan=SimpleNamespace(send=sent.append))
+    DeviceEvaluator._ablate(slot, h, ctx, Path("."), findings, lambda d, what: {"descs": [{}]}, 0.0, checks)
+    assert checks["kernel_ablation"] == "not judged: out of device memory" and findings == []
+    DeviceEvaluator._ablate(slot, h, ctx, Path("."), findings,
+                            lambda d, what: {"skipped": "no Triton launch in the correctness calls"}, 0.0, checks)
+    assert checks["kernel_ablation"] == "skipped: no Triton launch in the correctness calls"
+    # judged: recorded as judged (a later block judged does not hide an earlier one that was not); the
+    # ablated output is wrong (the kernels do the work), the timed one right
+    ctx.compare_on = lambda i, round_, outs: SimpleNamespace(ok=round_ != slot.ABLATION_ROUND)
+    DeviceEvaluator._check_timed_output(slot, ctx, {"set": 0, "round": 3, "descs": []}, Path("."), findings, checks)
+    assert checks["timed_output"] == "not judged: out of device memory"
+    fresh: dict = {}
+    DeviceEvaluator._check_timed_output(slot, ctx, {"set": 0, "round": 3, "descs": []}, Path("."), findings, fresh)
+    DeviceEvaluator._ablate(slot, h, ctx, Path("."), findings, lambda d, what: {"descs": [{}]}, 0.0, fresh)
+    assert fresh == {"timed_output": "judged", "kernel_ablation": "judged"} and findings == []
