@@ -32,8 +32,8 @@ the P segments' medians and its 95% interval combines the spread across placemen
 the P medians) with the segments' own intervals, so the interval covers what another run, with other
 addresses, would see.
 
-Launch hiding (``hide_launch``, cuda_events only; off in every protocol): before each trial's
-start event the GPU is given a spin (``torch.cuda._sleep``) of about three times the host's time to
+Launch hiding (``hide_launch``, cuda_events only; on in ``kbench``, off in ``kernelbench`` and
+``cuda-agent``): before each trial's start event the GPU is given a spin (``torch.cuda._sleep``) of about three times the host's time to
 launch one call (at least 0.05 ms, at most ``spin_max_ms``; measured during warm-up), so the call's kernels are
 queued before the start event fires and the pair measures the GPU's work, not the host's launch
 latency. Each trial's time is the larger of that device time and the host's time to issue the call
@@ -43,9 +43,8 @@ microseconds of GPU work) is timed by its host time. On an H200 (session 7,
 ``scripts/gpu/launch_bound.py``) single-call times of sub-3 ms eager problems sat on levels 2-23%
 apart in different processes, while the same calls timed with the spin agreed within 0.04-2.5% (20
 calls back to back: 0.3-2.4%): the levels were host launch latency inside the timed region. A call
-whose launch outlasts the spin is timed as before (its gap counts; ``info["launch_exposed"]``). Not
-yet a protocol default: work a candidate puts on another stream is not held behind the spin and can
-run, untimed, while the current stream sleeps (the side-stream check sees only work that ends after
+whose launch outlasts the spin is timed as before (its gap counts; ``info["launch_exposed"]``). Work a
+candidate puts on another stream is not held behind the spin and can run, untimed, while the current stream sleeps (the side-stream check sees only work that ends after
 the end event); the trusted side therefore times a candidate that used more than one stream in its
 profiled call without the spin. The spin is at most ``spin_max_ms`` (the protocol's
 ``hide_launch_max_ms``, 0.5 ms), and a candidate's cycles per ms come from the trusted side
