@@ -20,11 +20,11 @@ K = TypeVar("K", bound=Hashable)
 
 __all__ = ["LARGE_PROBLEM_BYTES", "problem_nbytes", "problem_sizes", "interleave_large"]
 
-#: a problem whose input set and outputs take at least this many bytes is "large" for the order
+#: a problem whose input set, outputs and weights take at least this many bytes is "large" for the order
 LARGE_PROBLEM_BYTES = 2 << 30
 
-#: seconds the sizing child gives one problem's forward on meta tensors; past it the problem is sized by its
-#: inputs alone. Recurrent layers run their meta forward step by step in Python decompositions: KernelBench's
+#: seconds the sizing child gives one problem's model and forward on meta tensors; past it the problem is sized
+#: by what was sized by then (its inputs, and its weights once the model was built). Recurrent layers run their meta forward step by step in Python decompositions: KernelBench's
 #: eight LSTM/GRU problems took 50 of the 57 s that sizing levels 1-3 took without a limit (2-core CPU), and
 #: their outputs are a few MiB. The child's first meta operation (about 1.4 s there, loading torch's meta
 #: registrations) runs before the first problem, outside the limit.
@@ -75,17 +75,20 @@ def _main() -> None:
     dtype = torch.get_default_dtype()
     for key, code in codes.items():
         try:
-            sizes[key] = problem_nbytes(code, forward_limit_s=FORWARD_LIMIT_S)
+            with warnings.catch_warnings():  # the problems' own warnings belong to their evaluation
+                warnings.simplefilter("ignore")
+                sizes[key] = _problem_nbytes(code, FORWARD_LIMIT_S)
         except BaseException:  # noqa: BLE001 - SystemExit and kin from a problem: that one is unsized
             sizes[key] = -1
         finally:  # what one problem changed of torch's defaults does not size the next
             torch.set_default_dtype(dtype)
             torch.set_default_device(None)
+            torch.set_grad_enabled(True)
     sys.stdout.write("\n" + json.dumps(sizes) + "\n")
     sys.stdout.flush()
 
 
-def problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
+def problem_nbytes(code: str) -> int:
     """Bytes of a problem's input set, its outputs and its model's weights, from meta tensors (no memory, no
     random numbers, no device): ``get_inputs()`` and ``Model(*get_init_inputs())`` run under
     ``torch.device("meta")``. Weights count: each slot holds them several times over (the candidate's model
@@ -95,23 +98,21 @@ def problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
     Args:
         code: the problem's source (a KernelBench problem file: ``Model``, ``get_inputs``,
             ``get_init_inputs``).
-        forward_limit_s: seconds for the forward on meta tensors (None: no limit); past it the inputs' and
-            weights' bytes alone (tried twice: the first use of an op on meta tensors sets it up, once per
-            process). The limit is a ``SIGALRM`` timer: only in a process's main thread (the sizing
-            child's), and it interrupts Python code, not one long call into C++.
 
     Returns:
         The input set's bytes plus the weights' and the outputs' (without the outputs where the forward
-        cannot run on meta tensors or runs past ``forward_limit_s``, without the weights too where the model
-        cannot be built there); -1 where even the inputs cannot be drawn there (the problem counts as small).
+        cannot run on meta tensors, without the weights too where the model cannot be built there); -1 where
+        even the inputs cannot be drawn there (the problem counts as small). :func:`problem_sizes` runs it in
+        a child process with a limit on each problem's model and forward (:data:`FORWARD_LIMIT_S`).
     """
     with warnings.catch_warnings():  # the problems' own warnings belong to their evaluation, not here
         warnings.simplefilter("ignore")
-        return _problem_nbytes(code, forward_limit_s)
+        return _problem_nbytes(code, None)
 
 
-class _ForwardTimeout(Exception):
-    pass
+class _ForwardTimeout(BaseException):
+    """The sizing child's limit on one problem's model and forward (a ``BaseException``: a problem's own
+    ``except Exception`` does not swallow it)."""
 
 
 def _raise_timeout(signum: int, frame: object) -> None:
@@ -133,27 +134,31 @@ def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
         return -1
     import signal
 
+    # the limit: a SIGALRM timer, for the sizing child only (its main thread; no timer of a caller to keep),
+    # armed and disarmed inside the meta and no-grad contexts, so that it never lands in their entry or
+    # exit and leaves torch's defaults changed; it interrupts Python code, not one long call into C++
     timed = forward_limit_s is not None and forward_limit_s > 0
 
     def attempt() -> tuple[int, bool]:
-        """(bytes sized, whether the limit cut the forward)"""
+        """(bytes sized, whether the limit cut the model or the forward)"""
         n = n_in
         try:
-            if timed:
-                signal.setitimer(signal.ITIMER_REAL, forward_limit_s)
             with torch.device("meta"), torch.no_grad():
-                model = mod.Model(*mod.get_init_inputs())
-                n += module_nbytes(torch, model)
-                out = model(*mod.get_inputs())
+                try:
+                    if timed:
+                        signal.setitimer(signal.ITIMER_REAL, forward_limit_s)
+                    model = mod.Model(*mod.get_init_inputs())
+                    n += module_nbytes(torch, model)
+                    out = model(*mod.get_inputs())
+                finally:
+                    if timed:
+                        signal.setitimer(signal.ITIMER_REAL, 0)
             outs = out if isinstance(out, (list, tuple)) else [out]
             return n + _tensor_nbytes(torch, outs), False
         except _ForwardTimeout:
             return n, True
         except Exception:  # noqa: BLE001 - an op without a meta kernel: what was sized so far
             return n, False
-        finally:
-            if timed:
-                signal.setitimer(signal.ITIMER_REAL, 0)
 
     old = signal.signal(signal.SIGALRM, _raise_timeout) if timed else None
     try:
@@ -163,7 +168,7 @@ def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
         return got
     finally:
         if timed:
-            signal.signal(signal.SIGALRM, old)
+            signal.signal(signal.SIGALRM, old if old is not None else signal.SIG_DFL)
 
 
 def interleave_large(keys: Sequence[K], nbytes: Mapping[K, int], min_bytes: int = LARGE_PROBLEM_BYTES) -> list[K]:

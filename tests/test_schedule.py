@@ -28,6 +28,11 @@ def test_problem_bytes_are_its_inputs_and_outputs_from_meta_tensors():
     assert problem_nbytes(no_meta) == 4096 * 8 * 4
     assert problem_nbytes("raise ValueError('broken')") == -1
     assert problem_nbytes(ELEMENTWISE.replace("torch.rand(4096, N)", "open('/nonexistent')")) == -1
+    # the model's weights count (KernelBench's MLPs: 4-8 GiB of them on a few MiB of inputs)
+    linear = ELEMENTWISE.replace("    def forward", "    def __init__(self):\n        super().__init__()\n"
+                                 "        self.fc = torch.nn.Linear(N, 16)\n    def forward") \
+        .replace("return x * 2", "return self.fc(x)").replace("N", "1024")
+    assert problem_nbytes(linear) == 4096 * 1024 * 4 + (1024 * 16 + 16) * 4 + 4096 * 16 * 4
 
 
 def test_large_problems_are_spread_evenly_largest_first():
@@ -107,8 +112,12 @@ def test_problems_are_sized_in_a_child_process_that_nothing_escapes():
     # a forward that runs long on meta tensors (recurrent layers' Python decompositions): its inputs alone,
     # and the problems after it are still sized
     slow = ELEMENTWISE.replace("return x * 2", "while True:\n            pass").replace("N", "8")
+    # one that catches every Exception does not swallow the limit
+    swallows = ELEMENTWISE.replace("return x * 2", "while True:\n            try:\n                pass\n"
+                                   "            except Exception:\n                pass").replace("N", "8")
     t0 = time.perf_counter()
-    assert problem_sizes({"slow": slow, "big": big}) == {"slow": 4096 * 8 * 4, "big": 12 * GIB}
+    assert problem_sizes({"slow": slow, "swallows": swallows, "big": big}) \
+        == {"slow": 4096 * 8 * 4, "swallows": 4096 * 8 * 4, "big": 12 * GIB}
     assert time.perf_counter() - t0 < 60
     # a problem that hangs: past the limit, no sizes at all (the run keeps its problem order)
     assert problem_sizes({"hangs": "while True:\n    pass\n", "big": big}, timeout_s=5.0) == {}

@@ -708,10 +708,16 @@ class ProblemContext:
         return self._sets_enc
 
     def _model64(self) -> Any:
-        """A float64 copy of the reference model on the device (weights as first initialised). Cast on the
-        host, then moved: cast on the device, the float32 copy it was cast from stayed in this process's
-        allocator cache beside the twin (the same values either way)."""
-        return copy.deepcopy(self.model_cpu).double().to(self.device)
+        """A float64 copy of the reference model on the device (weights as first initialised): each floating
+        tensor moved and cast in one step, one tensor at a time. Moved whole, then cast (``.to(device)
+        .double()``), the float32 copy stayed in this process's allocator cache beside the twin; cast whole on
+        the host first, the host held the float64 copy of every weight at once (16 GiB for L3/2). The values
+        are the same either way; complex tensors keep their dtype, as with ``.double()``."""
+        device = self.device
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, torch.float64) if t.is_floating_point() else t.to(device)
+        return copy.deepcopy(self.model_cpu)._apply(move)
 
     @staticmethod
     def _twin_itemsize(o: torch.Tensor) -> int:
@@ -1668,7 +1674,8 @@ class DeviceEvaluator:
         temps = {"temp_bytes": int(getattr(ctx, "ref_temp_bytes", 0)),
                  "temp64_bytes": int(getattr(ctx, "ref64_temp_bytes", 0))}
         weights = self.weights_nbytes(int(getattr(ctx, "weight_init_bytes", 0)), int(getattr(ctx, "weight_bytes", 0)),
-                                      int(getattr(ctx, "weight64_bytes", 0)))
+                                      int(getattr(ctx, "weight64_bytes", 0)),
+                                      ablation=bool(getattr(ctx.protocol, "ablate_kernels", True)))
         # the sets the candidate's process keeps copies of (worker.py, load_set): a large job only the latest,
         # smaller ones up to eight; none where every set is mapped and used as it is
         large = getattr(ctx, "large", set_nb + int(ctx.out_nbytes) >= LARGE_SET_BYTES)
@@ -1689,17 +1696,18 @@ class DeviceEvaluator:
         return plan_at
 
     @staticmethod
-    def weights_nbytes(init_bytes: int, device_bytes: int, device64_bytes: int) -> int:
-        """The device memory a job's weights hold through the whole job (bytes), counted in its claim beside
-        the rest: in the candidate's process, its ``ModelNew`` (taken to be as large as the reference as
-        constructed, ``init_bytes``) and the copy the kernel-ablation call makes of it (worker.py,
-        ``_ablation``); on the trusted side, the reference at the run's precision (``device_bytes``) and its
-        float64 twin (``device64_bytes``), kept while the problem's context lives.
+    def weights_nbytes(init_bytes: int, device_bytes: int, device64_bytes: int, *, ablation: bool = True) -> int:
+        """The device memory a job's weights take (bytes), counted in its claim beside the rest: in the
+        candidate's process, its ``ModelNew`` (taken to be as large as the reference as constructed,
+        ``init_bytes``) and, with ``ablation`` (the protocol's ``ablate_kernels``), the copy the kernel-ablation
+        call makes of it (worker.py, ``_ablation``; freed after the call, but kept in the process's allocator
+        cache unless the job is large); on the trusted side, the reference at the run's precision
+        (``device_bytes``) and its float64 twin (``device64_bytes``), kept while the problem's context lives.
 
         Uncounted (H200 session 14), L3/2 (8 GiB of weights, 8 MiB of inputs) held 44 GiB on a claim of the
         4.9 GiB floor, and L2/55, 56 and 59 (4 GiB) 24 GiB each.
         """
-        return 2 * init_bytes + device_bytes + device64_bytes
+        return (2 if ablation else 1) * init_bytes + device_bytes + device64_bytes
 
     @staticmethod
     def work_nbytes(set_nbytes: int, out_nbytes: int, fp64_judge: bool, *, own_copies: int = 1,

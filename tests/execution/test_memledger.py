@@ -580,6 +580,10 @@ def test_a_large_problem_claims_its_set_up_before_the_reference_is_set_up(monkey
     w = 16384 * 16384 * 4 + 16384 * 4
     assert b.claims[1] == pytest.approx(3 * w / (UTIL * H200))
     b.release()
+    # judged with allclose (no float64 twin): the reference's weights alone
+    DeviceEvaluator._claim_for_setup(slot, mlp, get_protocol("kernelbench"), 7, {})
+    assert b.claims[1] == pytest.approx(w / (UTIL * H200))
+    b.release()
 
 
 def test_the_best_plan_is_the_best_whose_claim_fits_the_device():

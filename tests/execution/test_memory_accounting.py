@@ -94,6 +94,9 @@ def test_a_plan_claims_the_weights_each_side_holds():
     heavy.weight_init_bytes, heavy.weight_bytes, heavy.weight64_bytes = 8 * GIB, 8 * GIB, 16 * GIB
     # the candidate's ModelNew and its ablation copy; the reference and its float64 twin
     assert plan(heavy, 1.0).nbytes - light.nbytes == 2 * 8 * GIB + 8 * GIB + 16 * GIB
+    # a protocol without the kernel-ablation call makes no copy of the candidate's model
+    heavy.protocol = SimpleNamespace(rotate_inputs=3, ablate_kernels=False)
+    assert plan(heavy, 1.0).nbytes - light.nbytes == 8 * GIB + 8 * GIB + 16 * GIB
 
 
 def test_a_files_staged_or_cast_plan_counts_the_processs_own_copies():
@@ -165,6 +168,30 @@ def test_the_context_records_its_weights(tmp_path):
     assert torch.equal(m64.fc.weight, ctx.model_cpu.fc.weight.double())
     assert device_mod._module_nbytes(m64) == 2 * ctx.weight_init_bytes
     assert device_mod._module_nbytes(m64, device_only=True) == 0
+
+
+def test_the_float64_twins_weights_are_its_own_and_none_without_one(tmp_path, monkeypatch):
+    # count CPU tensors as the GPU's would be (device_only has nothing to count on this machine)
+    real = device_mod._module_nbytes
+    monkeypatch.setattr(device_mod, "_module_nbytes", lambda m, device_only=False: real(m))
+    proto = get_protocol("kbench")
+    ctx = ProblemContext(Problem(1, 9904, "Linear_test", LINEAR), proto, 3, torch.device("cpu"), tmp_path / "a")
+    assert ctx.fp64_judge and ctx.weight_bytes == ctx.weight_init_bytes
+    assert ctx.weight64_bytes == 2 * ctx.weight_init_bytes  # the twin's, not the reference's
+    # a random reference has no twin
+    rand = LINEAR.replace("return self.fc(x) * self.scale", "return self.fc(x) * torch.rand(1)")
+    ctx = ProblemContext(Problem(1, 9905, "Rand_test", rand), proto, 3, torch.device("cpu"), tmp_path / "b")
+    assert not ctx.fp64_judge and ctx.weight64_bytes == 0
+    # the twin fails after it was built: judged with allclose, no twin counted
+
+    def failing(self):
+        m = real_model64(self)
+        m.forward = lambda *a: (_ for _ in ()).throw(RuntimeError("no float64 kernel"))
+        return m
+    real_model64 = ProblemContext._model64
+    monkeypatch.setattr(ProblemContext, "_model64", failing)
+    ctx = ProblemContext(Problem(1, 9906, "Linear_test", LINEAR), proto, 3, torch.device("cpu"), tmp_path / "c")
+    assert not ctx.fp64_judge and "no-fp64-reference" in ctx.flags and ctx.weight64_bytes == 0
 
 
 def test_on_the_cpu_nothing_is_measured(tmp_path):
