@@ -671,6 +671,8 @@ def _turn(a: Any, best_ids: set[int]) -> dict[str, Any]:
             "statistic": cand.statistic,
         },
         "findings": [fd.to_dict() for fd in res.findings],
+        # the integrity checks that ended without a judgement (skipped, or the trusted side could not judge)
+        "checks_not_judged": _checks_not_judged((res.extra or {}).get("integrity_checks")),
         "error": res.error,
         "log": res.log,
         "device": res.device,
@@ -681,6 +683,14 @@ def _turn(a: Any, best_ids: set[int]) -> dict[str, Any]:
         "reply": a.reply or "",
         "generation": {k: v for k, v in a.generation.items() if k not in ("text", "code")},
     }
+
+
+def _checks_not_judged(checks: Any) -> dict[str, str]:
+    """The integrity checks of a result's ``extra["integrity_checks"]`` that ended without a judgement (check ->
+    why); nothing for a result stored before they were recorded."""
+    if not isinstance(checks, dict):
+        return {}
+    return {str(k): str(v) for k, v in checks.items() if v != "judged"}
 
 
 def _largest(values: Any) -> float | None:

@@ -205,7 +205,8 @@ def build_store(path: Path) -> Store:
         "synth-a",
         a[1],
         "alpha",
-        _correct(2.0, 2.1, 1.9),
+        _correct(2.0, 2.1, 1.9).with_(extra={"integrity_checks": {
+            "kernel_ablation": "not judged: out of device memory", "timed_output": "judged"}}),
         turn=1,
         messages=msgs + [{"role": "user", "content": "incorrect: max abs error 1.4e-3"}],
         reply="fixed",

@@ -107,6 +107,9 @@ def test_problem_page_shows_turns_evidence_and_transcript(run_report: Path) -> N
     assert "turn 0" in page and "turn 1" in page and "best turn" in page
     assert "Write ModelNew for &lt;problem&gt; &amp; make it fast." in page  # transcript, escaped
     assert "incorrect: max abs error 1.4e-3" in page
+    # a check that ended without a judgement is named (not the ones that were judged)
+    assert "Checks without a judgement" in page and "kernel_ablation" in page and "out of device memory" in page
+    assert "timed_output" not in page
     assert "<script>alert(1)" not in page  # candidate source is escaped
     assert 'class="hl"' in page  # highlighted
     cheat = (run_report.parent / "problems" / "L1_3.html").read_text(encoding="utf-8")
