@@ -68,8 +68,11 @@ def _main() -> None:
 
     import torch
 
+    import signal
+
     codes = json.loads(sys.stdin.read())
     sizes: dict[str, int] = {}
+    signal.signal(signal.SIGALRM, _raise_timeout)  # each problem's limit (_problem_nbytes)
     with torch.no_grad():  # torch's one-time set-up for meta tensors, outside any problem's limit
         torch.nn.functional.linear(torch.ones(2, 2, device="meta"), torch.ones(2, 2, device="meta")).mul(2).sum()
     dtype = torch.get_default_dtype()
@@ -122,7 +125,7 @@ def _raise_timeout(signum: int, frame: object) -> None:
 def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
     import torch
 
-    from .execution.warm import _tensor_nbytes, meta_input_nbytes, module_nbytes
+    from .execution.warm import meta_input_nbytes, module_nbytes, tensor_nbytes
 
     mod = types.ModuleType("kbench_problem_size")
     try:
@@ -134,8 +137,8 @@ def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
         return -1
     import signal
 
-    # the limit: a SIGALRM timer, for the sizing child only (its main thread; no timer of a caller to keep),
-    # armed and disarmed inside the meta and no-grad contexts, so that it never lands in their entry or
+    # the limit: a SIGALRM timer, for the sizing child only (_main installs the handler in its main thread; no
+    # timer of a caller to keep), armed and disarmed inside the meta and no-grad contexts, so that it never lands in their entry or
     # exit and leaves torch's defaults changed; it interrupts Python code, not one long call into C++
     timed = forward_limit_s is not None and forward_limit_s > 0
 
@@ -154,21 +157,16 @@ def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
                     if timed:
                         signal.setitimer(signal.ITIMER_REAL, 0)
             outs = out if isinstance(out, (list, tuple)) else [out]
-            return n + _tensor_nbytes(torch, outs), False
+            return n + tensor_nbytes(torch, outs), False
         except _ForwardTimeout:
             return n, True
         except Exception:  # noqa: BLE001 - an op without a meta kernel: what was sized so far
             return n, False
 
-    old = signal.signal(signal.SIGALRM, _raise_timeout) if timed else None
-    try:
-        got, cut = attempt()
-        if cut:  # once more: torch's one-time set-up of an op on meta tensors may have taken the limit
-            got, _cut = attempt()
-        return got
-    finally:
-        if timed:
-            signal.signal(signal.SIGALRM, old if old is not None else signal.SIG_DFL)
+    got, cut = attempt()
+    if cut:  # once more: torch's one-time set-up of an op on meta tensors may have taken the limit
+        got, _cut = attempt()
+    return got
 
 
 def interleave_large(keys: Sequence[K], nbytes: Mapping[K, int], min_bytes: int = LARGE_PROBLEM_BYTES) -> list[K]:

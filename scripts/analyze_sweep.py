@@ -140,9 +140,8 @@ def main() -> int:
             if isinstance(tp, int) and isinstance(x.get("memory_claim"), (int, float)):
                 # a job's device memory at its peak (trusted process + candidate process, each its allocator's
                 # own high-water mark) against what it claimed (memledger.UTIL of the device per unit)
-                used = tp + (cp if isinstance(cp, int) else 0)
-                peaks.append((used, float(x["memory_claim"]) * UTIL * total_bytes, at,
-                              max(tp, cp if isinstance(cp, int) else 0)))
+                cand = cp if isinstance(cp, int) else 0
+                peaks.append((tp + cand, float(x["memory_claim"]) * UTIL * total_bytes, at, max(tp, cand)))
         if exch or claims:
             line = "   memory: input exchange " + ", ".join(f"{k} {v}" for k, v in sorted(exch.items()))
             if tsets:

@@ -41,6 +41,7 @@ from .sandbox import clean_environment, site_write_dirs
 from .scratch import HostDeviceLock, claim_scratch, device_lock_key, flock_holders, release_fd
 from .tensorio import LARGE_SET_BYTES, DTYPES, TensorFormatError, encode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
+from .warm import module_nbytes, tensor_nbytes
 
 __all__ = ["EvalJob", "DeviceEvaluator", "ProblemContext", "ReferenceError_"]
 
@@ -176,18 +177,10 @@ def _peak_during(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, int]
         return out, 0
 
 
-def _tensor_nbytes(vals: Any) -> int:
-    """Bytes of the tensors in a flat list of values."""
-    return sum(v.numel() * v.element_size() for v in vals if isinstance(v, torch.Tensor))
-
-
-def _module_nbytes(model: Any, device_only: bool = False) -> int:
-    """Bytes of a module's parameters and buffers, each counted once (0 for a plain callable);
-    ``device_only``: those on a CUDA device only."""
-    if not isinstance(model, torch.nn.Module):
-        return 0
-    seen = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
-    return sum(t.numel() * t.element_size() for t in seen.values() if t.is_cuda or not device_only)
+def _not_judged(e: BaseException) -> str:
+    """What a result's ``extra["integrity_checks"]`` says of a check the trusted side could not judge."""
+    oom = _device_oom(e) or bool(getattr(e, "oom", False))
+    return "not judged: " + ("out of device memory" if oom else f"{type(e).__name__}: {str(e)[:200]}")
 
 
 class ReferenceError_(RuntimeError):
@@ -489,8 +482,8 @@ class ProblemContext:
         # the weights' device memory (bytes), for the memory ledger's claims (DeviceEvaluator._planner): the
         # reference's as constructed (the candidate's ModelNew is taken to be as large), on the device at the
         # run's precision, and its float64 twin's (set below; 0 without one)
-        self.weight_init_bytes = _module_nbytes(self.model_cpu)
-        self.weight_bytes = _module_nbytes(model, device_only=True)
+        self.weight_init_bytes = module_nbytes(torch, self.model_cpu)
+        self.weight_bytes = module_nbytes(torch, model, device_only=True)
         self.weight64_bytes = 0
         # input sets: drawn on the GPU when the protocol says so (protocol.input_device), on the CPU
         # otherwise or where that fails. Sets drawn on the GPU that draw again to the same values from their
@@ -522,7 +515,7 @@ class ProblemContext:
                               for v in vals):
                 self.share_places, self.share_set_nbytes = _devshare.layout(vals)
             if i == 0:
-                self.set_nbytes = _tensor_nbytes(_tensors_in(vals))  # nested values' tensors included
+                self.set_nbytes = tensor_nbytes(torch, _tensors_in(vals))  # nested values' tensors included
                 # the candidate's process casts tensors of other dtypes to the run's precision (copies of its
                 # own even where the sets are mapped from shared buffers; counted in the memory claims)
                 self.cast_copies = any(isinstance(v, torch.Tensor) and (v.is_floating_point() or self.cast_all)
@@ -583,7 +576,7 @@ class ProblemContext:
                     raw, peak = _peak_during(device, lambda: self.model(*args))
                     out = _detach_outputs(raw)
                     del raw
-                    self.ref_temp_bytes = max(0, peak - _tensor_nbytes(out))
+                    self.ref_temp_bytes = max(0, peak - tensor_nbytes(torch, out))
                     return out
             except Exception as e:
                 raise ReferenceError_(f"the reference fails on this device: {type(e).__name__}: {e}",
@@ -591,7 +584,7 @@ class ProblemContext:
 
         self.refs.append(run_ref(self.set_values(0), measure=True))
         want64 = protocol.judge == "fp64-bound"
-        set0_nbytes = _tensor_nbytes(self.refs[0])
+        set0_nbytes = tensor_nbytes(torch, self.refs[0])
         twin_nbytes = sum(o.numel() * self._twin_itemsize(o) for o in self.refs[0] if isinstance(o, torch.Tensor))
         self.out_nbytes = set0_nbytes
         self.ref_set_nbytes = set0_nbytes + (twin_nbytes if want64 else 0)
@@ -627,7 +620,7 @@ class ProblemContext:
                 self.refs.append(run_ref(self.set_values(i)))
             if not checked:
                 check_determinism()  # after the other sets: a reference that depends on earlier calls differs
-            self.out_nbytes = max(_tensor_nbytes(r) for r in self.refs)
+            self.out_nbytes = max(tensor_nbytes(torch, r) for r in self.refs)
         random_ref = "nondeterministic-reference" in self.flags
         # a random reference is judged with allclose against its stored draw: no float64 twin
         want64 = want64 and not random_ref
@@ -637,13 +630,13 @@ class ProblemContext:
         if want64:
             try:
                 self._m64 = self._model64()
-                self.weight64_bytes = _module_nbytes(self._m64, device_only=True)
+                self.weight64_bytes = module_nbytes(torch, self._m64, device_only=True)
                 with grad():
                     args64 = _upcast(self.set_values(0), device)
                     raw64, peak64 = _peak_during(device, lambda: self._m64(*args64))
                     out64 = _detach_outputs(raw64)
                     del raw64, args64
-                    self.ref64_temp_bytes = max(0, peak64 - _tensor_nbytes(out64))
+                    self.ref64_temp_bytes = max(0, peak64 - tensor_nbytes(torch, out64))
                     if self.lazy_refs:
                         # evaluated once here all the same, so that a reference without a float64
                         # evaluation is flagged (and judged with allclose) from the first candidate on
@@ -2512,7 +2505,7 @@ class DeviceEvaluator:
             cmp = ctx.compare_on(0, self.ABLATION_ROUND, outs)
         except ReferenceError_ as e:  # the trusted side could not judge it: no finding either way
             log.warning("%s: kernel-ablation check skipped: %s", ctx.problem.key, e)
-            checks["kernel_ablation"] = f"not judged: {'out of device memory' if e.oom else str(e)[:200]}"
+            checks["kernel_ablation"] = _not_judged(e)
             return
         checks["kernel_ablation"] = "judged"
         if cmp.ok:
@@ -2544,8 +2537,7 @@ class DeviceEvaluator:
             return
         except Exception as e:  # the reference failing here is not the candidate's doing
             log.warning("%s: timed-output check skipped: %s", ctx.problem.key, e)
-            oom = _device_oom(e) or bool(getattr(e, "oom", False))
-            checks["timed_output"] = "not judged: " + ("out of device memory" if oom else f"{type(e).__name__}: {str(e)[:200]}")
+            checks["timed_output"] = _not_judged(e)
             return
         checks.setdefault("timed_output", "judged")
         if cmp.ok:

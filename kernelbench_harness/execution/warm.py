@@ -152,7 +152,7 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
                 args = None
         if args is None:
             host_args = list(mod.get_inputs())  # on the host, holding nothing
-            if key and "_alone_wait_s" not in out and _tensor_nbytes(torch, host_args) >= BIG_INPUT_BYTES:
+            if key and "_alone_wait_s" not in out and tensor_nbytes(torch, host_args) >= BIG_INPUT_BYTES:
                 out["_alone_wait_s"] = alone.enter_context(_alone_on_device(key))  # meta tensors could not tell
             with on_gpu():
                 model, args = placed(model, host_args)
@@ -185,7 +185,7 @@ def meta_input_nbytes(torch: Any, mod: Any) -> int:
     memory, no random numbers); -1 when that fails (a problem that builds its inputs some other way)."""
     try:
         with torch.device("meta"):
-            return _tensor_nbytes(torch, mod.get_inputs())
+            return tensor_nbytes(torch, mod.get_inputs())
     except Exception:  # noqa: BLE001 - the caller measures the real inputs instead
         return -1
 
@@ -201,16 +201,17 @@ def meta_weight_nbytes(torch: Any, mod: Any) -> int:
         return 0
 
 
-def module_nbytes(torch: Any, model: Any) -> int:
-    """Bytes of a module's parameters and buffers, each counted once (0 for what is no module)."""
+def module_nbytes(torch: Any, model: Any, device_only: bool = False) -> int:
+    """Bytes of a module's parameters and buffers, each counted once (0 for what is no module);
+    ``device_only``: those on a CUDA device only."""
     if not isinstance(model, torch.nn.Module):
         return 0
     seen = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
-    return sum(t.numel() * t.element_size() for t in seen.values())
+    return sum(t.numel() * t.element_size() for t in seen.values() if t.is_cuda or not device_only)
 
 
-def _tensor_nbytes(torch: Any, vals: Any) -> int:
-    """Bytes of the tensors among ``vals`` (a problem's inputs)."""
+def tensor_nbytes(torch: Any, vals: Any) -> int:
+    """Bytes of the tensors among ``vals`` (a flat list of values: a problem's inputs or outputs)."""
     return sum(t.numel() * t.element_size() for t in vals if isinstance(t, torch.Tensor))
 
 

@@ -166,14 +166,14 @@ def test_the_context_records_its_weights(tmp_path):
     m64 = ctx._model64()
     assert m64.fc.weight.dtype == torch.float64
     assert torch.equal(m64.fc.weight, ctx.model_cpu.fc.weight.double())
-    assert device_mod._module_nbytes(m64) == 2 * ctx.weight_init_bytes
-    assert device_mod._module_nbytes(m64, device_only=True) == 0
+    assert device_mod.module_nbytes(torch, m64) == 2 * ctx.weight_init_bytes
+    assert device_mod.module_nbytes(torch, m64, device_only=True) == 0
 
 
 def test_the_float64_twins_weights_are_its_own_and_none_without_one(tmp_path, monkeypatch):
     # count CPU tensors as the GPU's would be (device_only has nothing to count on this machine)
-    real = device_mod._module_nbytes
-    monkeypatch.setattr(device_mod, "_module_nbytes", lambda m, device_only=False: real(m))
+    real = device_mod.module_nbytes
+    monkeypatch.setattr(device_mod, "module_nbytes", lambda torch_, m, device_only=False: real(torch_, m))
     proto = get_protocol("kbench")
     ctx = ProblemContext(Problem(1, 9904, "Linear_test", LINEAR), proto, 3, torch.device("cpu"), tmp_path / "a")
     assert ctx.fp64_judge and ctx.weight_bytes == ctx.weight_init_bytes
