@@ -75,7 +75,8 @@ class RunConfig:
         gpus: device slots (None = every GPU, else CPU; ``"0,1"``; ``"cpu"``).
         slots_per_gpu: device slots per device of ``gpus`` (local executor).
         quiet_host: pause the run's builds and warm-ups while a timing window is open (local executor,
-            every slot on one device; see :mod:`.execution.quiet`). Off by default: not yet measured on a GPU.
+            every slot on one device; see :mod:`.execution.quiet`). None (the default): on where every slot
+            is on one GPU, off otherwise; True on several devices is turned off with a warning.
         timing_cpus: cores reserved for each device slot and its candidates, the rest left to builds
             and warm-ups (None = 2 per GPU slot when the host has at least 6 cores per slot, else 0;
             0 = no pinning; see :func:`.executors.local.plan_timing_cpus`).
@@ -105,7 +106,7 @@ class RunConfig:
     db: str | None = None
     gpus: str | None = None
     slots_per_gpu: int = 1
-    quiet_host: bool = False
+    quiet_host: bool | None = None
     timing_cpus: int | None = None
     timeout_s: float = 300.0
     build_timeout_s: float = 900.0

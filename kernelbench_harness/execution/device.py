@@ -40,6 +40,7 @@ from .quiet import in_tree, proc_stat
 from .sandbox import clean_environment, site_write_dirs
 from .scratch import HostDeviceLock, claim_scratch, device_lock_key, flock_holders, release_fd
 from .tensorio import LARGE_SET_BYTES, DTYPES, TensorFormatError, encode_value, nbytes_of, read_tensor, tensor_name, write_tensor
+from .tritonseed import TritonSeed, make_seed, plant_seed
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
 from .warm import module_nbytes, tensor_nbytes
 
@@ -994,6 +995,11 @@ class DeviceEvaluator:
             env_extra["TORCH_CUDA_ARCH_LIST"] = target_arch_list(torch.cuda.get_device_capability(self.device)) or ""
         self.child_env = clean_environment(os.environ, env_extra)
         self.launcher = Launcher(self.child_env, start_method)
+        # Triton's host module, built once and planted in each candidate's fresh Triton cache (.tritonseed);
+        # made at the first candidate on a CUDA device
+        self._triton_seed: TritonSeed | None = None
+        self._triton_seed_tried = self.device.type != "cuda"
+        self._job_triton_seeded = False
         self._contexts: dict[tuple[str, str, int], ProblemContext] = {}
         # (problem hash, protocol fingerprint) -> device bytes its reference's set-up took (_peak_during)
         self._setup_peaks: dict[tuple[str, str], int] = {}
@@ -2095,6 +2101,10 @@ class DeviceEvaluator:
         cand_path.write_text(job.candidate.source, encoding="utf-8")
         for sub in ("home", "tmp", "build", "outputs"):
             (jobdir / sub).mkdir(exist_ok=True)
+        if not self._triton_seed_tried:
+            self._triton_seed_tried = True
+            self._triton_seed = make_seed(self.scratch / "triton-seed", self.child_env)
+        self._job_triton_seeded = plant_seed(self._triton_seed, jobdir / "cache" / "triton")
         settings = _timing.TimerSettings.from_protocol(job.protocol, self.device)
 
         return {
@@ -2411,6 +2421,7 @@ class DeviceEvaluator:
                           "timing_sets": len(ctx.timing_sets),
                           "profile": profile, "timing_info": {k: v for k, v in tinfo.items() if k != "synced_ms"},
                           "timing_windows": timing_windows, "integrity_checks": checks,
+                          "triton_cache_seeded": self._job_triton_seeded,
                           "peak_rss_bytes": h.peak_rss_bytes,
                           "candidate_device_peak_bytes": done.get("device_peak_bytes")
                           if isinstance(done.get("device_peak_bytes"), int) else None})

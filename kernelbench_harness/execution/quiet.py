@@ -1,6 +1,9 @@
 """A quiet host while a timing window is open: the run's own builds and warm-ups are paused.
 
-Opt-in (``kbench run --quiet-host``), and not yet measured on a GPU.
+On by default where every slot of a run is on one GPU (``kbench run --no-quiet-host`` turns it off). On
+an H200, two runs of the same 20 level-1 candidates, each measuring its own baselines while the first
+built its candidates beside its windows, gave speedups vs eager within a p95 of 36% of each other
+without it (``docs/gpu/2026-12-02-s15/``) and 2.2% with it (``docs/gpu/2026-12-02-s14/``).
 
 Session 9 on an H200 (``scripts/gpu/host_load.py``) showed that timings the host paces (a call the host
 issues more slowly than the GPU runs it) slow by 20-70% when other processes keep the host's *other*

@@ -25,7 +25,7 @@ from ..execution.device import EvalJob
 from ..protocols import Protocol
 from .base import AffinityQueue, Executor, SlotInfo
 
-__all__ = ["LocalExecutor", "resolve_devices", "plan_timing_cpus", "default_timing_cpus", "cpu_cores"]
+__all__ = ["LocalExecutor", "resolve_devices", "plan_timing_cpus", "default_timing_cpus", "cpu_cores", "quiet_host_for"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,30 @@ def plan_timing_cpus(n_slots: int, per_slot: int, available: list[int], min_rest
     if len(rest) < max(1, min_rest):
         return None
     return slots, rest
+
+
+def quiet_host_for(asked: bool | None, devices: list[str]) -> bool:
+    """Whether a run's builds and warm-ups pause while a timing window is open (:mod:`..execution.quiet`).
+
+    Args:
+        asked: ``--quiet-host`` (True), ``--no-quiet-host`` (False) or neither (None).
+        devices: the run's slot devices (:func:`resolve_devices`), e.g. ``["cuda:0", "cuda:0"]``.
+
+    Returns:
+        With None: True where every slot is on one GPU. On an H200, two runs of the same 20 level-1
+        candidates, each measuring its own baselines with builds beside the first run's windows, gave
+        speedups vs eager within a p95 of 36% of each other without it (docs/gpu/2026-12-02-s15/) and
+        2.2% with it (docs/gpu/2026-12-02-s14/). With True on several devices: False, with a warning
+        (windows on two GPUs overlap, and one would continue what the other paused).
+    """
+    one_gpu = len(set(devices)) == 1 and devices[0].startswith("cuda")
+    if asked is None:
+        return one_gpu
+    if asked and len(set(devices)) > 1:
+        log.warning("--quiet-host pauses builds and warm-ups only where every slot is on one device; "
+                    "off for %d devices", len(set(devices)))
+        return False
+    return bool(asked)
 
 
 def resolve_devices(spec: str | None, *, cpu_ok: bool = True) -> list[str]:
@@ -392,12 +416,7 @@ class LocalExecutor(Executor):
         # cores for the timing side: each slot (and its candidates) gets its own, and this process,
         # with every build and warm-up process it starts from now on, keeps the rest
         per_slot = self.options.pop("timing_cpus", None)
-        quiet_host = bool(self.options.pop("quiet_host", False))
-        if quiet_host and len(set(devices)) > 1:
-            # windows on two GPUs overlap, and one would continue what the other paused
-            log.warning("--quiet-host pauses builds and warm-ups only where every slot is on one device; "
-                        "off for %d devices", len(set(devices)))
-            quiet_host = False
+        quiet_host = quiet_host_for(self.options.pop("quiet_host", None), devices)
         self._saved_affinity: set[int] | None = None
         plan = None
         if hasattr(os, "sched_getaffinity"):

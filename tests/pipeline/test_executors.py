@@ -148,3 +148,17 @@ def test_a_worker_stopped_by_sigint_is_started_again_at_its_next_call(tmp_path):
         assert time.monotonic() - t0 < 120
     finally:
         slot.stop()
+
+
+def test_quiet_host_is_on_by_default_only_where_every_slot_is_on_one_gpu(caplog):
+    from kernelbench_harness.executors.local import quiet_host_for
+
+    assert quiet_host_for(None, ["cuda:0"]) is True
+    assert quiet_host_for(None, ["cuda:0"] * 6) is True  # six slots on one GPU
+    assert quiet_host_for(None, ["cuda:0", "cuda:1"]) is False  # windows on two GPUs overlap
+    assert quiet_host_for(None, ["cpu", "cpu"]) is False  # no GPU: nothing is timed on a device
+    assert quiet_host_for(False, ["cuda:0"]) is False  # --no-quiet-host
+    assert quiet_host_for(True, ["cpu", "cpu"]) is True  # asked for: honoured on one device
+    with caplog.at_level("WARNING"):
+        assert quiet_host_for(True, ["cuda:0", "cuda:1"]) is False
+    assert "only where every slot is on one device" in caplog.text
