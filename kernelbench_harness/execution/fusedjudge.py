@@ -92,10 +92,12 @@ def _kernels() -> tuple[Any, Any] | None:
         tl.store(counts_out + pid * 3 + 2, nans)
 
     @triton.jit
-    def _pass2(o_ptr, j_ptr, n, params, abs_out, rel_out, counts_out, BLOCK: tl.constexpr):
+    def _pass2(o_ptr, j_ptr, n, scalars, abs_out, rel_out, counts_out, BLOCK: tl.constexpr):
         pid = tl.program_id(0)
-        floor = tl.load(params)  # float64 (a Python float argument would be passed as float32)
-        bound = tl.load(params + 1)
+        # float64 (a Python float argument would be passed as float32; an argument named "params" clashes
+        # with a name in the launch binder Triton 3.6 generates)
+        floor = tl.load(scalars)
+        bound = tl.load(scalars + 1)
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         m = offs < n
         o = tl.load(o_ptr + offs, mask=m, other=0.0).to(tl.float64)
@@ -157,8 +159,8 @@ def errors(o: torch.Tensor, judge_ref: torch.Tensor, *, floor: float, bound: flo
     abs_p = torch.empty(g, dtype=torch.float64, device=dev)
     rel_p = torch.empty(g, dtype=torch.float64, device=dev)
     counts = torch.empty(g * 2, dtype=torch.int64, device=dev)
-    params = torch.tensor([float(floor), float(bound)], dtype=torch.float64, device=dev)
-    k2[(g,)](o, judge_ref, n, params, abs_p, rel_p, counts, BLOCK=BLOCK)
+    scalars = torch.tensor([float(floor), float(bound)], dtype=torch.float64, device=dev)
+    k2[(g,)](o, judge_ref, n, scalars, abs_p, rel_p, counts, BLOCK=BLOCK)
     c = counts.view(g, 2).sum(0)
     a, rel = torch.stack([abs_p.max(), rel_p.max()]).tolist()
     nan_j, bad = c.tolist()
