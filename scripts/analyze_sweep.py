@@ -164,6 +164,7 @@ def main() -> int:
                       f"over the claim: {sum(1 for x in lower if x > 1)}")
             for u, c, at in sorted(over, key=lambda t: -t[0] / max(t[1], 1))[:8]:
                 print(f"     L{at.level}/{at.problem_id}: {u / 2**30:.1f} GiB used, {c / 2**30:.1f} GiB claimed")
+        large_jobs(atts)
         startup = (info.config or {}).get("startup_s")
         if startup:  # before the run's record: interpreter, imports, problems; then the device slots
             print("   start-up: " + ", ".join(f"{k} {v} s" for k, v in startup.items()))
@@ -174,6 +175,40 @@ def main() -> int:
             print(f"   warm-up: {len(per)} problem(s) in {warm.get('_wall_s')} s, {waits:.1f} s waiting for the "
                   "device lock")
     return 0
+
+
+#: a job claiming more than this fraction of the device is "large": two of them rarely fit at once
+LARGE_CLAIM = 0.3
+
+
+def large_jobs(atts: list[Any]) -> None:
+    """The large jobs' chain (claims above :data:`LARGE_CLAIM`): they run about one at a time, so their active
+    time (in the slot, after the memory wait) bounds the sweep's wall. Prints how many, their active time
+    (sum, mean), what waiting on other slots' windows and the comparisons took of it, and the share of the
+    span from the first large job's start to the last one's end with none, one, or two or more active."""
+    iv = []
+    for at in atts:
+        x, p = at.result.extra or {}, at.result.phase_s or {}
+        if float(x.get("memory_claim") or 0) <= LARGE_CLAIM or not at.created_at or "total" not in p:
+            continue
+        end = at.created_at.timestamp()
+        start = end - float(p["total"]) + float(p.get("memory_wait", 0.0))
+        iv.append((start, end, float(p.get("yield_wait", 0.0)), float(p.get("compare", 0.0))))
+    if not iv:
+        return
+    active = [e - s for s, e, _y, _c in iv]
+    t0, t1 = min(s for s, *_ in iv), max(e for _s, e, *_ in iv)
+    # the span cut at every start and end: how many large jobs were active in each piece
+    cuts = sorted({t for s, e, *_ in iv for t in (s, e)})
+    share = [0.0, 0.0, 0.0]
+    for a, b in zip(cuts, cuts[1:]):
+        n = sum(1 for s, e, *_ in iv if s <= a and e >= b)
+        share[min(n, 2)] += b - a
+    span = max(t1 - t0, 1e-9)
+    print(f"   large jobs (claim > {LARGE_CLAIM:.0%} of the device): {len(iv)}, active {sum(active):.1f} s "
+          f"(mean {statistics.mean(active):.2f} s: other slots' windows {statistics.mean(y for *_, y, _c in iv):.2f} s, "
+          f"comparisons {statistics.mean(c for *_, c in iv):.2f} s); over their span of {span:.1f} s, none active "
+          f"{share[0] / span:.0%}, one {share[1] / span:.0%}, two or more {share[2] / span:.0%}")
 
 
 if __name__ == "__main__":
