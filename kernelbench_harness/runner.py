@@ -76,7 +76,8 @@ class RunConfig:
         slots_per_gpu: device slots per device of ``gpus`` (local executor).
         quiet_host: pause the run's builds and warm-ups while a timing window is open (local executor,
             every slot on one device; see :mod:`.execution.quiet`). None (the default): on where every slot
-            is on one GPU, off otherwise; True on several devices is turned off with a warning.
+            is on one GPU, off otherwise and never under Ray; True on several devices is turned off with a
+            warning. A resumed run takes it from the new call, not from the stored run.
         timing_cpus: cores reserved for each device slot and its candidates, the rest left to builds
             and warm-ups (None = 2 per GPU slot when the host has at least 6 cores per slot, else 0;
             0 = no pinning; see :func:`.executors.local.plan_timing_cpus`).

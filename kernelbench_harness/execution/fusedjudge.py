@@ -9,12 +9,20 @@ chunk. On an H200 one comparison of a 6 GiB float32 output took 0.33 s that way
 large level-1 job makes eight of them on the sweep's critical path (issue 7).
 
 Here each pass reads every element once and writes one partial result per block of ``BLOCK``
-elements; the partials are reduced with PyTorch. Every quantity is the one the PyTorch passes compute,
-element for element: the same float64 conversions (exact), subtraction and absolute value, an IEEE
-round-to-nearest division (``tl.fdiv(..., ieee_rounding=True)``), and maxima and counts, which do not depend on the order they
-are taken in. So the verdict and every recorded number are the same (``tests/execution/
-test_fused_judge.py`` checks the two against each other on outputs with NaN, infinities, signed zeros,
-subnormals and every floating dtype, under Triton's interpreter).
+elements; the partials are reduced with PyTorch (the KernelBench ``allclose`` beside reads the output
+and the reference once more). Every quantity is the one the PyTorch passes compute, element for
+element: the same float64 conversions (exact), subtraction and absolute value, float64 division
+(``div.rn.f64``, correctly rounded: ``tl.fdiv(..., ieee_rounding=True)`` does not build for float64 on
+Triton 3.9), and maxima and counts, which do not depend on the order they are taken in. Neither kernel
+multiplies, so no fused multiply-add can round differently. So the verdict
+and every recorded number are the same. ``tests/execution/test_fused_judge.py`` checks the two against
+each other under Triton's interpreter (NaN, infinities, signed zeros, float32 subnormals, every floating
+dtype; the interpreter flushes bfloat16 subnormals, the GPU does not) and builds both kernels for sm_90
+with the installed Triton. On an H200 the two gave equal results on a correct and a wrong 6 GiB output.
+
+The kernels are built into a Triton cache folder of this process's own (a fresh ``mkdtemp`` folder,
+removed at exit), never the user's shared one: a cubin or launcher planted there by a candidate would run
+inside the trusted judge.
 
 Used for contiguous real floating outputs of at least :data:`MIN_ELEMS` elements whose output,
 reference and float64 reference are on one CUDA device (:func:`usable`); everything else takes the
@@ -24,7 +32,10 @@ PyTorch passes. The KernelBench-style ``allclose`` recorded beside stays PyTorch
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -112,7 +123,7 @@ def _kernels() -> tuple[Any, Any] | None:
         # d / max(|j|, floor): NaN where j is NaN (counted apart; d is 0 there), 0 where j is infinite
         aj = tl.abs(j)
         den = tl.where(aj < floor, floor, aj)
-        rel = tl.where(nan_j | (~m), zero, tl.fdiv(d, tl.where(nan_j | (~m), 1.0, den), ieee_rounding=True))
+        rel = tl.where(nan_j | (~m), zero, d / tl.where(nan_j | (~m), 1.0, den))
         tl.store(rel_out + pid, tl.max(rel, axis=0))
         tl.store(counts_out + pid * 2, tl.sum((nan_j & m).to(tl.int64), axis=0))
         tl.store(counts_out + pid * 2 + 1, tl.sum(((d > bound) & m).to(tl.int64), axis=0))
@@ -124,8 +135,37 @@ def _grid(n: int) -> int:
     return (n + BLOCK - 1) // BLOCK
 
 
+@functools.lru_cache(maxsize=1)
+def _private_cache() -> str:
+    """This process's own Triton cache folder for the judge's kernels (removed at exit)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="kb-judge-triton-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+@contextlib.contextmanager
+def _own_cache() -> Iterator[None]:
+    """``TRITON_CACHE_DIR`` pointed at :func:`_private_cache` while a kernel is compiled and launched."""
+    before = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = _private_cache()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = before
+
+
 def first_pass(o: torch.Tensor, r: torch.Tensor, judge_ref: torch.Tensor) -> dict[str, Any]:
     """One read of ``o``, ``r`` and ``judge_ref`` (see :func:`usable`).
+
+    Raises:
+        Exception: whatever Triton raises building or launching the kernel (the caller falls back).
 
     Returns:
         ``scale`` (max |judge_ref| over its finite elements, float64), ``ref_err`` (max |r - judge_ref|
@@ -140,7 +180,8 @@ def first_pass(o: torch.Tensor, r: torch.Tensor, judge_ref: torch.Tensor) -> dic
     scale = torch.empty(g, dtype=torch.float64, device=dev)
     referr = torch.empty(g, dtype=torch.float64, device=dev)
     counts = torch.empty(g * 3, dtype=torch.int64, device=dev)
-    k1[(g,)](o, r, judge_ref, n, scale, referr, counts, BLOCK=BLOCK)
+    with _own_cache():
+        k1[(g,)](o, r, judge_ref, n, scale, referr, counts, BLOCK=BLOCK)
     c = counts.view(g, 3).sum(0)
     s, e = torch.stack([scale.max(), referr.max()]).tolist()
     moved, kind, nans = c.tolist()
@@ -160,7 +201,8 @@ def errors(o: torch.Tensor, judge_ref: torch.Tensor, *, floor: float, bound: flo
     rel_p = torch.empty(g, dtype=torch.float64, device=dev)
     counts = torch.empty(g * 2, dtype=torch.int64, device=dev)
     scalars = torch.tensor([float(floor), float(bound)], dtype=torch.float64, device=dev)
-    k2[(g,)](o, judge_ref, n, scalars, abs_p, rel_p, counts, BLOCK=BLOCK)
+    with _own_cache():
+        k2[(g,)](o, judge_ref, n, scalars, abs_p, rel_p, counts, BLOCK=BLOCK)
     c = counts.view(g, 2).sum(0)
     a, rel = torch.stack([abs_p.max(), rel_p.max()]).tolist()
     nan_j, bad = c.tolist()

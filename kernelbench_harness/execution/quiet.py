@@ -1,6 +1,7 @@
 """A quiet host while a timing window is open: the run's own builds and warm-ups are paused.
 
-On by default where every slot of a run is on one GPU (``kbench run --no-quiet-host`` turns it off). On
+On by default for the local executor where every slot of a run is on one GPU (``kbench run
+--no-quiet-host`` turns it off; never under ``--executor ray``). On
 an H200, two runs of the same 20 level-1 candidates, each measuring its own baselines while the first
 built its candidates beside its windows, gave speedups vs eager within a p95 of 36% of each other
 without it (``docs/gpu/2026-12-02-s15/``) and 2.2% with it (``docs/gpu/2026-12-02-s14/``).

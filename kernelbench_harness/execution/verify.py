@@ -29,9 +29,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
+
+_T = TypeVar("_T")
 
 __all__ = ["Comparison", "compare_outputs", "extra_check_verdict", "flatten_outputs", "lower_precision_bound_ok"]
 
@@ -191,17 +193,20 @@ def _first_pass(o: torch.Tensor, r: torch.Tensor, judge_ref: torch.Tensor, devic
 
 
 def _fused_first_pass(o: torch.Tensor, r: torch.Tensor, judge_ref: torch.Tensor, *, atol: float, rtol: float,
-                      nan_policy: str, chunk_elems: int) -> _FirstPass:
+                      nan_policy: str, chunk_elems: int) -> _FirstPass | None:
     """:func:`_first_pass` for a large output under ``fp64-bound`` in one fused read (:mod:`.fusedjudge`),
-    with ``torch.allclose`` over the chunks of ``o`` and ``r`` beside it (the KernelBench check)."""
+    with ``torch.allclose`` over the chunks of ``o`` and ``r`` beside it (the KernelBench check); None
+    where the kernel failed (:func:`_run_fused`)."""
     from . import fusedjudge
 
+    got = _run_fused(lambda: fusedjudge.first_pass(o, r, judge_ref))
+    if got is None:
+        return None
     fp = _FirstPass()
     for oc, rc in _chunks((o, r), r.device, chunk_elems):
         if not _allclose(oc, rc, atol, rtol):
             fp.allclose = False
             break
-    got = fusedjudge.first_pass(o, r, judge_ref)
     if nan_policy == "fail":
         fp.nan_count = got["nan_count"]
     elif nan_policy == "match":
@@ -337,16 +342,12 @@ def compare_outputs(
             continue
         judge_ref = refs64[i] if use64 else r  # type: ignore[index]
         fused = use64 and _fused_usable(o, r, judge_ref)
-        if fused:
-            try:
-                fp = _fused_first_pass(o, r, judge_ref, atol=atol, rtol=rtol, nan_policy=nan_policy,
-                                       chunk_elems=chunk_elems)
-            except torch.OutOfMemoryError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the kernels failed to build or run: the PyTorch passes
-                _fused_failed(e)
-                fused = False
-        if not fused:
+        fp_fused = _fused_first_pass(o, r, judge_ref, atol=atol, rtol=rtol, nan_policy=nan_policy,
+                                     chunk_elems=chunk_elems) if fused else None
+        fused = fp_fused is not None
+        if fp_fused is not None:
+            fp = fp_fused
+        else:
             fp = _first_pass(o, r, judge_ref, r.device, atol=atol, rtol=rtol, nan_policy=nan_policy, use64=use64,
                              chunk_elems=chunk_elems)
         kb_all = kb_all and fp.allclose and not (nan_policy == "fail" and fp.nan_count > 0)
@@ -361,12 +362,8 @@ def compare_outputs(
         if fused and bound is not None:
             from . import fusedjudge
 
-            try:
-                errs = fusedjudge.errors(o, judge_ref, floor=max(fp.scale * 1e-6, 1e-30), bound=bound)
-            except torch.OutOfMemoryError:
-                raise
-            except Exception as e:  # noqa: BLE001 - as above
-                _fused_failed(e)
+            floor = max(fp.scale * 1e-6, 1e-30)
+            errs = _run_fused(lambda: fusedjudge.errors(o, judge_ref, floor=floor, bound=bound))
         if errs is not None:
             max_abs, max_rel, bad = errs
         else:
@@ -399,13 +396,28 @@ def _fused_usable(o: Any, r: Any, judge_ref: Any) -> bool:
 _FUSED_OFF = False
 
 
-def _fused_failed(e: BaseException) -> None:
-    global _FUSED_OFF
-    _FUSED_OFF = True
-    import logging
+def _run_fused(fn: Callable[[], _T]) -> _T | None:
+    """``fn()`` (a :mod:`.fusedjudge` pass), or None where it failed and the PyTorch passes must judge.
 
-    logging.getLogger(__name__).warning("the fused fp64-bound passes failed (%s: %s); the PyTorch passes from now on",
-                                        type(e).__name__, str(e)[:300])
+    ``torch.OutOfMemoryError`` propagates (the callers' retry on out-of-memory handles it). Triton's own
+    out-of-memory (a ``RuntimeError`` loading the kernel) falls back this once. Anything else (a kernel
+    that does not build with this Triton, say) falls back and switches the fused passes off for the rest
+    of the process, with one warning.
+    """
+    global _FUSED_OFF
+    try:
+        return fn()
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the PyTorch passes judge instead
+        import logging
+
+        if "out of memory" in str(e).lower():
+            return None
+        _FUSED_OFF = True
+        logging.getLogger(__name__).warning("the fused fp64-bound passes failed (%s: %s); the PyTorch passes "
+                                            "from now on", type(e).__name__, str(e)[:300])
+        return None
 
 
 def lower_precision_bound_ok(cmp: Comparison, scale_rel_err: float = 2e-2) -> bool:

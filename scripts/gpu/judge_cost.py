@@ -96,7 +96,9 @@ def main() -> int:
         cycle()  # leaves the blocks in the cache
         timed("alloc_cached_s", cycle)
         torch.cuda.empty_cache()
+    # the fused passes ran (a kernel that fails falls back to the PyTorch passes, which agree trivially)
     print(json.dumps({"gib": a.gib, "device": torch.cuda.get_device_name(dev), "same": all(same),
+                      "fused_ran": not verify._FUSED_OFF,
                       **{k: round(statistics.median(v), 4) for k, v in res.items()},
                       "all": {k: [round(x, 4) for x in v] for k, v in res.items()}}))
     return 0

@@ -18,6 +18,13 @@ SCRIPT = textwrap.dedent(r"""
     import torch
     from kernelbench_harness.execution import verify, fusedjudge
 
+    CALLS = {"first_pass": 0, "errors": 0}
+    for name in CALLS:
+        def counted(*a, _f=getattr(fusedjudge, name), _n=name, **k):
+            CALLS[_n] += 1
+            return _f(*a, **k)
+        setattr(fusedjudge, name, counted)
+
     def norm(v):
         if isinstance(v, float) and math.isnan(v):
             return "nan"
@@ -33,9 +40,13 @@ SCRIPT = textwrap.dedent(r"""
         plain = verify.compare_outputs([o], [r], judge="fp64-bound", refs64=[r64], chunk_elems=3000, **kw)
         verify._FUSED_ON_CPU = True
         assert fusedjudge.usable(o, r, r64, interpret=True)
+        before = dict(CALLS)
         fused = verify.compare_outputs([o], [r], judge="fp64-bound", refs64=[r64], chunk_elems=3000, **kw)
         verify._FUSED_ON_CPU = False
-        return norm(dataclasses.asdict(plain)), norm(dataclasses.asdict(fused))
+        # the fused kernels ran (a failure would fall back to the PyTorch passes and agree trivially)
+        assert not verify._FUSED_OFF
+        assert CALLS["first_pass"] == before["first_pass"] + 1
+        return norm(dataclasses.asdict(plain)), norm(dataclasses.asdict(fused)), CALLS["errors"] - before["errors"]
 
     g = torch.Generator().manual_seed(7)
     n = 10_000 + 37  # three blocks and a ragged end
@@ -92,8 +103,10 @@ def test_fused_passes_match_the_pytorch_passes_field_for_field(tmp_path: Path) -
     assert out.returncode == 0, out.stderr[-3000:]
     cases = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(cases) == 20
-    for name, (plain, fused) in cases.items():
+    for name, (plain, fused, fused_errors) in cases.items():
         assert fused == plain, (name, plain, fused)
+        # the second pass ran fused wherever the first left a bound to measure against
+        assert fused_errors == (1 if plain["bound"] is not None else 0), name
     # the cases reach what they are about (a fused pass agreeing on nothing would be no test)
     assert cases["honest"][0]["ok"] and not cases["wrong"][0]["ok"] and cases["wrong"][0]["mismatches"] > 0
     assert cases["nan_same_place"][0]["ok"]
@@ -121,6 +134,43 @@ def test_small_or_strided_or_cpu_outputs_take_the_pytorch_passes() -> None:
     assert fusedjudge.MIN_ELEMS >= 1 << 20  # small outputs: the launches cost more than the bytes
 
 
+def test_both_kernels_build_for_sm90_with_the_installed_triton() -> None:
+    # the interpreter runs neither PTX generation nor ptxas: a kernel that only fails there (Triton 3.9's
+    # ieee_rounding division on float64 did) would switch the fused passes off on every GPU
+    import pytest
+
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kernelbench_harness.execution import fusedjudge
+
+    k1, k2 = fusedjudge._kernels()
+    for od, rd in (("fp32", "fp32"), ("bf16", "fp16"), ("fp64", "fp32")):
+        sig1 = {"o_ptr": "*" + od, "r_ptr": "*" + rd, "j_ptr": "*fp64", "n": "i64", "scale_out": "*fp64",
+                "referr_out": "*fp64", "counts_out": "*i64", "BLOCK": "constexpr"}
+        sig2 = {"o_ptr": "*" + od, "j_ptr": "*fp64", "n": "i64", "scalars": "*fp64", "abs_out": "*fp64",
+                "rel_out": "*fp64", "counts_out": "*i64", "BLOCK": "constexpr"}
+        for fn, sig in ((k1, sig1), (k2, sig2)):
+            compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={"BLOCK": fusedjudge.BLOCK}),
+                                      target=GPUTarget("cuda", 90, 32))
+            assert compiled.asm.get("cubin"), (od, rd, fn)
+            if fn is k2:
+                assert "div.rn.f64" in compiled.asm["ptx"]  # correctly rounded float64 division
+
+
+def test_the_kernels_build_in_a_cache_of_their_own(monkeypatch) -> None:
+    import os
+
+    from kernelbench_harness.execution import fusedjudge
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/shared")
+    with fusedjudge._own_cache():
+        inside = os.environ["TRITON_CACHE_DIR"]
+    assert inside != "/somewhere/shared" and os.path.isdir(inside) and "kb-judge-triton-" in inside
+    assert os.environ["TRITON_CACHE_DIR"] == "/somewhere/shared"  # put back after
+
+
 def test_a_failing_fused_kernel_falls_back_to_the_pytorch_passes(monkeypatch) -> None:
     import torch
 
@@ -140,3 +190,22 @@ def test_a_failing_fused_kernel_falls_back_to_the_pytorch_passes(monkeypatch) ->
     got = verify.compare_outputs([r.clone()], [r], judge="fp64-bound", refs64=[r64], atol=1e-4, rtol=1e-4)
     assert got == expected and got.ok
     assert verify._FUSED_OFF  # not tried again in this process
+
+    # Triton running out of device memory loading a kernel: the PyTorch passes this once, fused again after
+    def short_of_memory(*_a, **_k):
+        raise RuntimeError("Triton Error [CUDA]: out of memory")
+
+    monkeypatch.setattr(verify, "_FUSED_OFF", False)
+    monkeypatch.setattr(fusedjudge, "first_pass", short_of_memory)
+    got = verify.compare_outputs([r.clone()], [r], judge="fp64-bound", refs64=[r64], atol=1e-4, rtol=1e-4)
+    assert got == expected and not verify._FUSED_OFF
+
+    # a device out-of-memory error from torch goes to the caller (its retry with the cache handed back)
+    def torch_oom(*_a, **_k):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(fusedjudge, "first_pass", torch_oom)
+    import pytest
+
+    with pytest.raises(torch.OutOfMemoryError):
+        verify.compare_outputs([r.clone()], [r], judge="fp64-bound", refs64=[r64], atol=1e-4, rtol=1e-4)

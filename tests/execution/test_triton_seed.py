@@ -93,3 +93,13 @@ def test_the_real_helper_on_a_machine_without_a_gpu_gives_no_seed(tmp_path: Path
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     assert make_seed(tmp_path / "seed", env, timeout_s=120) is None
+
+
+def test_a_helper_printing_bytes_that_are_not_utf8_still_gives_a_seed(tmp_path: Path, monkeypatch) -> None:
+    # a compiler message in another locale must not fail the candidate's job (make_seed never raises)
+    monkeypatch.setattr(tritonseed, "_HELPER", "import os, pathlib, sys\n"
+                        "sys.stderr.buffer.write(b'avertissement: \\xe9\\xe8\\n')\n"
+                        "d = pathlib.Path(os.environ['TRITON_CACHE_DIR']) / 'k1'\n"
+                        "d.mkdir(parents=True)\n(d / 'cuda_utils.so').write_bytes(b'built')\n")
+    seed = make_seed(tmp_path / "seed", dict(os.environ))
+    assert seed is not None and list(seed.digests) == ["k1/cuda_utils.so"]
