@@ -2101,9 +2101,6 @@ class DeviceEvaluator:
         cand_path.write_text(job.candidate.source, encoding="utf-8")
         for sub in ("home", "tmp", "build", "outputs"):
             (jobdir / sub).mkdir(exist_ok=True)
-        if not self._triton_seed_tried:
-            self._triton_seed_tried = True
-            self._triton_seed = make_seed(self.scratch / "triton-seed", self.child_env)
         self._job_triton_seeded = plant_seed(self._triton_seed, jobdir / "cache" / "triton")
         settings = _timing.TimerSettings.from_protocol(job.protocol, self.device)
 
@@ -2228,6 +2225,9 @@ class DeviceEvaluator:
 
         ``alternate``: baseline modes to time in this job, interleaved with the candidate's timing in
         ``job.protocol.alternate_rounds`` blocks each; their pooled stats go into ``measured``."""
+        if not self._triton_seed_tried:  # once, before this job's shared buffers take device memory
+            self._triton_seed_tried = True
+            self._triton_seed = make_seed(self.scratch / "triton-seed", self.child_env)
         try:
             shared = None if files_only else self._share_sets(ctx)
             childjob = self._child_job(job, ctx, jobdir, shared)

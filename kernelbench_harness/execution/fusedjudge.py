@@ -161,6 +161,19 @@ def _own_cache() -> Iterator[None]:
             os.environ["TRITON_CACHE_DIR"] = before
 
 
+def _launch(kernel: Any, args: tuple[Any, ...], n_counts: int, device: torch.device,
+            n: int) -> tuple[list[float], list[int]]:
+    """Run one pass over ``n`` elements: ``kernel(*args, max0, max1, counts)`` with one float64 maximum of
+    each kind and ``n_counts`` int64 counts written per block; returns the two maxima and the counts over
+    all blocks."""
+    g = _grid(n)
+    maxima = torch.empty((2, g), dtype=torch.float64, device=device)
+    counts = torch.empty(g * n_counts, dtype=torch.int64, device=device)
+    with _own_cache():
+        kernel[(g,)](*args, maxima[0], maxima[1], counts, BLOCK=BLOCK)
+    return maxima.amax(dim=1).tolist(), counts.view(g, n_counts).sum(0).tolist()
+
+
 def first_pass(o: torch.Tensor, r: torch.Tensor, judge_ref: torch.Tensor) -> dict[str, Any]:
     """One read of ``o``, ``r`` and ``judge_ref`` (see :func:`usable`).
 
@@ -173,18 +186,8 @@ def first_pass(o: torch.Tensor, r: torch.Tensor, judge_ref: torch.Tensor) -> dic
         ``o`` and ``judge_ref``), ``nonfinite_other_kind`` (non-finite in both, but NaN against an
         infinity or infinities of opposite sign) and ``nan_count`` (NaN elements of ``o``).
     """
-    k1, _k2 = _kernels()  # type: ignore[misc]
-    n = o.numel()
-    g = _grid(n)
-    dev = judge_ref.device
-    scale = torch.empty(g, dtype=torch.float64, device=dev)
-    referr = torch.empty(g, dtype=torch.float64, device=dev)
-    counts = torch.empty(g * 3, dtype=torch.int64, device=dev)
-    with _own_cache():
-        k1[(g,)](o, r, judge_ref, n, scale, referr, counts, BLOCK=BLOCK)
-    c = counts.view(g, 3).sum(0)
-    s, e = torch.stack([scale.max(), referr.max()]).tolist()
-    moved, kind, nans = c.tolist()
+    (s, e), (moved, kind, nans) = _launch(_kernels()[0], (o, r, judge_ref, o.numel()), 3,  # type: ignore[index]
+                                          judge_ref.device, o.numel())
     return {"scale": float(s), "ref_err": float(e), "nonfinite_moved": int(moved),
             "nonfinite_other_kind": int(kind), "nan_count": int(nans)}
 
@@ -193,17 +196,7 @@ def errors(o: torch.Tensor, judge_ref: torch.Tensor, *, floor: float, bound: flo
     """One read of ``o`` and ``judge_ref``: ``(max abs err, max rel err, elements with abs err > bound)``,
     as :func:`.verify._errors` computes them with a bound (the rel error is NaN when ``judge_ref`` has
     a NaN)."""
-    _k1, k2 = _kernels()  # type: ignore[misc]
-    n = o.numel()
-    g = _grid(n)
-    dev = judge_ref.device
-    abs_p = torch.empty(g, dtype=torch.float64, device=dev)
-    rel_p = torch.empty(g, dtype=torch.float64, device=dev)
-    counts = torch.empty(g * 2, dtype=torch.int64, device=dev)
-    scalars = torch.tensor([float(floor), float(bound)], dtype=torch.float64, device=dev)
-    with _own_cache():
-        k2[(g,)](o, judge_ref, n, scalars, abs_p, rel_p, counts, BLOCK=BLOCK)
-    c = counts.view(g, 2).sum(0)
-    a, rel = torch.stack([abs_p.max(), rel_p.max()]).tolist()
-    nan_j, bad = c.tolist()
+    scalars = torch.tensor([float(floor), float(bound)], dtype=torch.float64, device=judge_ref.device)
+    (a, rel), (nan_j, bad) = _launch(_kernels()[1], (o, judge_ref, o.numel(), scalars), 2,  # type: ignore[index]
+                                     judge_ref.device, o.numel())
     return float(a), (float("nan") if nan_j else float(rel)), int(bad)

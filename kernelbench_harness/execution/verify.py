@@ -33,6 +33,8 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
+from . import fusedjudge
+
 _T = TypeVar("_T")
 
 __all__ = ["Comparison", "compare_outputs", "extra_check_verdict", "flatten_outputs", "lower_precision_bound_ok"]
@@ -197,8 +199,6 @@ def _fused_first_pass(o: torch.Tensor, r: torch.Tensor, judge_ref: torch.Tensor,
     """:func:`_first_pass` for a large output under ``fp64-bound`` in one fused read (:mod:`.fusedjudge`),
     with ``torch.allclose`` over the chunks of ``o`` and ``r`` beside it (the KernelBench check); None
     where the kernel failed (:func:`_run_fused`)."""
-    from . import fusedjudge
-
     got = _run_fused(lambda: fusedjudge.first_pass(o, r, judge_ref))
     if got is None:
         return None
@@ -341,13 +341,10 @@ def compare_outputs(
                                   detail=f"output {i}: {n} integer elements differ")
             continue
         judge_ref = refs64[i] if use64 else r  # type: ignore[index]
-        fused = use64 and _fused_usable(o, r, judge_ref)
-        fp_fused = _fused_first_pass(o, r, judge_ref, atol=atol, rtol=rtol, nan_policy=nan_policy,
-                                     chunk_elems=chunk_elems) if fused else None
-        fused = fp_fused is not None
-        if fp_fused is not None:
-            fp = fp_fused
-        else:
+        fp = _fused_first_pass(o, r, judge_ref, atol=atol, rtol=rtol, nan_policy=nan_policy,
+                               chunk_elems=chunk_elems) if use64 and _fused_usable(o, r, judge_ref) else None
+        fused = fp is not None
+        if fp is None:
             fp = _first_pass(o, r, judge_ref, r.device, atol=atol, rtol=rtol, nan_policy=nan_policy, use64=use64,
                              chunk_elems=chunk_elems)
         kb_all = kb_all and fp.allclose and not (nan_policy == "fail" and fp.nan_count > 0)
@@ -360,8 +357,6 @@ def compare_outputs(
         bound = fp64_multiple * fp.ref_err + fp64_floor_rel * fp.bound_scale if use64 else None
         errs = None
         if fused and bound is not None:
-            from . import fusedjudge
-
             floor = max(fp.scale * 1e-6, 1e-30)
             errs = _run_fused(lambda: fusedjudge.errors(o, judge_ref, floor=floor, bound=bound))
         if errs is not None:
@@ -387,8 +382,6 @@ def compare_outputs(
 
 
 def _fused_usable(o: Any, r: Any, judge_ref: Any) -> bool:
-    from . import fusedjudge
-
     return not _FUSED_OFF and fusedjudge.usable(o, r, judge_ref, interpret=_FUSED_ON_CPU)
 
 
