@@ -444,9 +444,12 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 
     t_exec0 = time.perf_counter()
     startup_s = {"process_to_executor": _process_age_s()}
+    sizing = _start_sizing(cfg, problems)  # beside the slots' start-up
     try:
         executor = _make_executor(cfg, build_cache)
     except BaseException:
+        if sizing is not None:
+            sizing.stop()
         store.close()
         raise
     pool: BuildPool | None = None
@@ -585,7 +588,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         async def _evaluate_once(problem: Problem, c: Candidate, known: dict[str, TimingStats]) -> EvalResult:
             nonlocal n_eval
             job = EvalJob(problem=problem, candidate=c, protocol=protocol, run_seed=seed, baselines=known,
-                          timeout_s=cfg.timeout_s, build_timeout_s=cfg.build_timeout_s)
+                          timeout_s=cfg.timeout_s, build_timeout_s=cfg.build_timeout_s, large=problem.key in lane)
             t0 = time.perf_counter()
             res = await executor.evaluate(job)
             phase_s["evaluate"] += time.perf_counter() - t0
@@ -671,9 +674,10 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 
         # problems in order, so each slot's cached references are reused by consecutive candidates
         todo.sort(key=lambda x: (x[0].problem.level, x[0].problem.problem_id, x[0].model, x[0].sample_id))
+        lane: set[str] = set()  # the large problems, run one per GPU at a time (EvalJob.large)
         if _slots_share_a_gpu(executor.slots or []):
             # several slots on one GPU share its memory (the ledger): large problems spread among small ones
-            todo = _interleave_todo(todo, phase_s)
+            todo, lane = _interleave_todo(todo, phase_s, sizing)
         warm_task = asyncio.create_task(warm())
         slots = len(executor.slots)
         limit = cfg.concurrency or max(4, min(getattr(ad, "max_concurrency", 8), 64) + 2 * slots +
@@ -734,6 +738,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         raise
     finally:
         try:
+            if sizing is not None:
+                sizing.stop()
             if pool is not None:
                 pool.close()
         finally:
@@ -755,21 +761,52 @@ def _slots_share_a_gpu(slots: list[dict[str, Any]]) -> bool:
     return len(gpus) > len(set(gpus))
 
 
-def _interleave_todo(todo: list[tuple[Any, int]], phase_s: dict[str, float]) -> list[tuple[Any, int]]:
+def _interleave_todo(todo: list[tuple[Any, int]], phase_s: dict[str, float],
+                     sizing: Any = None,
+                     ) -> tuple[list[tuple[Any, int]], set[str]]:
     """``todo`` (sample specs with their start turns, in problem order) with its large problems spread evenly
     among the small ones (:func:`.schedule.interleave_large`, sized in a child process by
     :func:`.schedule.problem_sizes`); a problem's samples stay together. Sets ``phase_s["schedule"]`` to
-    the seconds that took."""
-    from .schedule import interleave_large, problem_sizes
+    the seconds that took (waiting for ``sizing``, where given: a :class:`.schedule.Sizing` of the run's
+    problems, started earlier and keyed by problem key).
+
+    Returns:
+        ``(todo, lane)``: the new order, and the keys of the problems of at least
+        :data:`.schedule.LANE_BYTES` (run one per GPU at a time: ``EvalJob.large``).
+    """
+    from .schedule import LANE_BYTES, interleave_large, problem_sizes
 
     t0 = time.perf_counter()
     groups: dict[str, list[tuple[Any, int]]] = {}
     for item in todo:
         groups.setdefault(item[0].problem.key, []).append(item)
-    sizes = problem_sizes({k: v[0][0].problem.code for k, v in groups.items()})
+    if sizing is not None and set(groups) <= sizing.keys:
+        sizes = sizing.result()
+    else:
+        sizes = problem_sizes({k: v[0][0].problem.code for k, v in groups.items()})
     order = interleave_large(list(groups), sizes)
     phase_s["schedule"] = time.perf_counter() - t0
-    return [item for k in order for item in groups[k]]
+    lane = {k for k in groups if sizes.get(k, -1) >= LANE_BYTES}
+    return [item for k in order for item in groups[k]], lane
+
+
+def _start_sizing(cfg: RunConfig, problems: list[Problem]) -> Any:
+    """A :class:`.schedule.Sizing` of ``problems``, started before the device slots (whose start-up, about
+    10 s on an H200, it then overlaps), where the local executor will put several slots on one GPU; None
+    otherwise."""
+    if cfg.executor != "local":
+        return None
+    from .executors.local import resolve_devices
+
+    try:
+        devices = [d for d in resolve_devices(cfg.gpus) for _ in range(max(1, int(cfg.slots_per_gpu)))]
+    except Exception:  # noqa: BLE001 - the executor reports a bad --gpus itself
+        return None
+    if not _slots_share_a_gpu([{"device": d} for d in devices]):
+        return None
+    from .schedule import Sizing
+
+    return Sizing({p.key: p.code for p in problems})
 
 
 def resume_command(run_name: str, db: str | None) -> str:

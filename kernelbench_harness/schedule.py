@@ -18,10 +18,16 @@ from typing import Hashable, Mapping, Sequence, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
-__all__ = ["LARGE_PROBLEM_BYTES", "problem_nbytes", "problem_sizes", "interleave_large"]
+__all__ = ["LARGE_PROBLEM_BYTES", "LANE_BYTES", "problem_nbytes", "problem_sizes", "Sizing", "interleave_large"]
 
 #: a problem whose input set, outputs and weights take at least this many bytes is "large" for the order
 LARGE_PROBLEM_BYTES = 2 << 30
+
+#: a problem of at least this many bytes runs one per GPU at a time, ahead of the others, where several slots
+#: share a GPU (``EvalJob.large``, :class:`.executors.base.AffinityQueue`). In the H200 sweeps (sessions 14-15)
+#: the memory ledger gave KernelBench's problems of 6-16 GiB claims of 40-99% of the device, and those of
+#: 2-4.5 GiB claims of 10-35%.
+LANE_BYTES = 6 << 30
 
 #: seconds the sizing child gives one problem's model and forward on meta tensors; past it the problem is sized
 #: by what was sized by then (its inputs, and its weights once the model was built). Recurrent layers run their meta forward step by step in Python decompositions: KernelBench's
@@ -35,7 +41,7 @@ def problem_sizes(codes: Mapping[str, str], timeout_s: float = 120.0) -> dict[st
     """:func:`problem_nbytes` of each problem, in a child process (as everywhere else the harness runs problem
     code: a problem that exits, hangs, changes torch's global state or touches a GPU or the network must
     not reach the run's driver). The child sees no GPU (``CUDA_VISIBLE_DEVICES`` empty) and runs the Hugging
-    Face libraries offline.
+    Face libraries offline. :class:`Sizing` starts the same child without waiting for it.
 
     Args:
         codes: problem key (any string) -> the problem's source.
@@ -45,19 +51,65 @@ def problem_sizes(codes: Mapping[str, str], timeout_s: float = 120.0) -> dict[st
         Key -> bytes (-1 where a problem could not be sized); ``{}`` where the child failed or ran out of time
         (every problem then counts as small: the run keeps its problem order).
     """
-    import json
-    import os
-    import subprocess
-    import sys
+    return Sizing(codes).result(timeout_s)
 
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    try:
-        done = subprocess.run([sys.executable, "-m", "kernelbench_harness.schedule"], input=json.dumps(dict(codes)),
-                              capture_output=True, text=True, timeout=timeout_s, env=env)
-        got = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else {}
-    except (subprocess.TimeoutExpired, OSError, ValueError, IndexError):
-        return {}
-    return {str(k): int(v) for k, v in got.items() if str(k) in codes and isinstance(v, int)}
+
+class Sizing:
+    """:func:`problem_sizes`'s child, started at once and read later (:meth:`result`), so that a run sizes its
+    problems while its device slots start. :meth:`stop` kills it (a run that failed before it needed them).
+
+    Args:
+        codes: problem key (any string) -> the problem's source.
+    """
+
+    def __init__(self, codes: Mapping[str, str]) -> None:
+        import json
+        import os
+        import subprocess
+        import sys
+        import tempfile
+
+        self.keys = set(map(str, codes))
+        self._got: dict[str, int] | None = None
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self._proc: subprocess.Popen[str] | None = None
+        with tempfile.TemporaryFile("w+") as f:  # the child's stdin: the sources can be MiBs (no pipe to fill)
+            json.dump(dict(codes), f)
+            f.seek(0)
+            try:
+                self._proc = subprocess.Popen([sys.executable, "-m", "kernelbench_harness.schedule"], stdin=f,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            except OSError:
+                self._got = {}
+
+    def result(self, timeout_s: float = 120.0) -> dict[str, int]:
+        """The sizes (see :func:`problem_sizes`), waiting up to ``timeout_s`` seconds for them; ``{}`` (and the
+        child killed) past that or where the child failed."""
+        import json
+        import subprocess
+
+        if self._got is not None:
+            return self._got
+        assert self._proc is not None
+        try:
+            out, _err = self._proc.communicate(timeout=timeout_s)
+            got = json.loads(out.strip().splitlines()[-1]) if self._proc.returncode == 0 and out.strip() else {}
+        except subprocess.TimeoutExpired:
+            self.stop()
+            got = {}
+        except (ValueError, IndexError):
+            got = {}
+        self._got = {str(k): int(v) for k, v in got.items()
+                     if str(k) in self.keys and isinstance(v, int)} if isinstance(got, dict) else {}
+        return self._got
+
+    def stop(self) -> None:
+        """Kill the child if it still runs (nothing is waited for after that but its exit)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.communicate()
+        if self._got is None:
+            self._got = {}
 
 
 def _main() -> None:

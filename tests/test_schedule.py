@@ -85,8 +85,9 @@ def test_a_runs_samples_of_one_problem_stay_together():
 
     todo = [spec(pid, s, "393216" if pid in (1, 2) else "8") for pid in range(1, 9) for s in range(2)]
     phase: dict[str, float] = {}
-    out = _interleave_todo(todo, phase)
+    out, lane = _interleave_todo(todo, phase)
     assert sorted(map(id, out)) == sorted(map(id, todo)) and phase["schedule"] >= 0.0
+    assert lane == {"L1/1", "L1/2"}  # 12 GiB each: at least LANE_BYTES, one per GPU at a time
     pids = [x[0].problem.problem_id for x in out]
     assert all(pids[i] == pids[i + 1] for i in range(0, len(pids), 2))  # each problem's two samples in a row
     assert [x[0].sample_id for x in out] == [0, 1] * 8
@@ -132,3 +133,35 @@ def test_only_slots_sharing_a_gpu_reorder_a_run():
     assert not _slots_share_a_gpu([{"device": "cpu"}, {"device": "cpu"}])  # CPU slots time in turn anyway
     assert not _slots_share_a_gpu([{"device": "ray:n1:cuda"}, {"device": "ray:n1:cuda"}])  # one GPU each
     assert not _slots_share_a_gpu([])
+
+
+def test_sizes_started_early_are_the_ones_used_and_a_stopped_child_gives_none():
+    from types import SimpleNamespace
+
+    from kernelbench_harness.runner import _interleave_todo
+    from kernelbench_harness.schedule import LANE_BYTES, Sizing
+
+    codes = {"big": ELEMENTWISE.replace("N", "393216"), "mid": ELEMENTWISE.replace("N", "131072"),
+             "small": ELEMENTWISE.replace("N", "8")}
+    early = Sizing(codes)
+    got = early.result(120)
+    assert got["big"] == 12 * GIB and got["mid"] == 4 * GIB and got["small"] == 4096 * 8 * 4 * 2
+    assert got["mid"] < LANE_BYTES <= got["big"]
+    # _interleave_todo takes them rather than sizing again (a stub whose sizes differ from the real ones)
+    todo = [(SimpleNamespace(problem=SimpleNamespace(level=1, problem_id=i, code=codes[k], key=k), sample_id=0), 0)
+            for i, k in enumerate(codes)]
+    stub = SimpleNamespace(keys=set(codes), result=lambda: {"big": 1, "mid": LANE_BYTES, "small": 1})
+    _out, lane = _interleave_todo(todo, {}, stub)
+    assert lane == {"mid"}
+    stopped = Sizing({"slow": "import time\ntime.sleep(60)\n" + codes["small"]})
+    t0 = time.perf_counter()
+    stopped.stop()
+    assert stopped.result() == {} and time.perf_counter() - t0 < 10
+
+
+def test_runs_size_early_only_where_slots_share_a_gpu():
+    from kernelbench_harness.runner import RunConfig
+    from kernelbench_harness.runner import _start_sizing
+
+    assert _start_sizing(RunConfig(gpus="cpu"), []) is None
+    assert _start_sizing(RunConfig(executor="ray"), []) is None

@@ -205,6 +205,9 @@ class EvalJob:
             ``"eager"``, ``"compile:default"``...; missing modes are measured here.
         timeout_s: wall-clock limit for running the candidate (after its build).
         build_timeout_s: wall-clock limit for importing the candidate (compiling its extensions).
+        large: scheduling only: one of the run's large problems (:data:`..schedule.LANE_BYTES`), which
+            the local executor runs one per GPU at a time, ahead of the others (see
+            :class:`..executors.base.AffinityQueue`). Changes nothing in the evaluation.
     """
 
     problem: Problem
@@ -214,6 +217,7 @@ class EvalJob:
     baselines: dict[str, TimingStats] = field(default_factory=dict)
     timeout_s: float = 300.0
     build_timeout_s: float = 900.0
+    large: bool = False
 
 
 def _derive_seed(*parts: Any) -> int:

@@ -468,25 +468,26 @@ class LocalExecutor(Executor):
         if plan is not None:
             self._saved_affinity = set(os.sched_getaffinity(0))
             os.sched_setaffinity(0, plan[1])
-        self._free = AffinityQueue(len(self._slots))
+        self._free = AffinityQueue(len(self._slots), groups=[s.device for s in self._slots])
 
     @property
     def slots(self) -> list[SlotInfo]:
         return [SlotInfo(slot=s.index, device=s.device, fingerprint=s.fingerprint) for s in self._slots]
 
-    async def _call(self, key: str, msg: tuple[Any, ...]) -> tuple[_Slot, str, Any]:
-        i = await self._free.acquire(key)
+    async def _call(self, key: str, msg: tuple[Any, ...], large: bool = False) -> tuple[_Slot, str, Any]:
+        i = await self._free.acquire(key, large=large)
         slot = self._slots[i]
         done = False
         try:
             tag, payload = await asyncio.to_thread(slot.call, msg)
             done = True
         finally:
-            self._free.release(i, key if done else None)
+            self._free.release(i, key if done else None, large=large)
         return slot, tag, payload
 
     async def evaluate(self, job: EvalJob) -> EvalResult:
-        slot, tag, payload = await self._call(job.problem.code_sha256, ("evaluate", job))
+        # a large problem (EvalJob.large) runs one per GPU at a time, ahead of the others (AffinityQueue)
+        slot, tag, payload = await self._call(job.problem.code_sha256, ("evaluate", job), large=job.large)
         if tag == "ok":
             return EvalResult.from_dict(payload)
         return EvalResult(Outcome.RUNTIME_ERROR, error=f"harness error on {slot.device}: {payload}"[:8000],

@@ -12,6 +12,8 @@ For an output of ``--gib`` GiB (float32), in wall seconds after a device synchro
                    (execution/fusedjudge.py; the first call includes compiling them)
     compare_torch_s the same with the PyTorch passes (the fused ones switched off), side by side; the
                    two Comparisons must be equal (``same``)
+    allclose_s     the KernelBench-style allclose recorded beside (verify._allclose: torch.allclose) alone,
+                   a part of compare_s
     alloc_free_s   allocating what one judging holds (the set, the reference's and the candidate's
                    outputs, the float64 set and output: 7x the set's bytes), freeing it and handing the
                    cache back (torch.cuda.empty_cache), as a large job does after each comparison
@@ -48,7 +50,7 @@ def main() -> int:
     n = int(a.gib * (1 << 30)) // 4
     sync = torch.cuda.synchronize
     res: dict[str, list[float]] = {k: [] for k in ("randn_s", "upcast_s", "compare_s", "compare_torch_s",
-                                                   "alloc_free_s", "alloc_cached_s")}
+                                                   "allclose_s", "alloc_free_s", "alloc_cached_s")}
     same: list[bool] = []
 
     def timed(key: str, fn) -> object:
@@ -67,6 +69,7 @@ def main() -> int:
         cmp = timed("compare_s", lambda: compare_outputs([out], [x], judge="fp64-bound", atol=1e-4, rtol=1e-4,
                                                          refs64=[ref64]))
         assert cmp.ok, cmp
+        timed("allclose_s", lambda: verify._allclose(out, x, 1e-4, 1e-4))
         usable = verify._fused_usable
         verify._fused_usable = lambda *_a: False
         try:
