@@ -1426,6 +1426,11 @@ class DeviceEvaluator:
           harness's own copies have caused it before (H200 session 10, L1/19). ``--resume`` evaluates such a
           turn again a bounded number of times (:meth:`.store.Store.retryable_attempts`), so a candidate that
           holds memory on purpose gets no verdict in its favour and no endless re-evaluation.
+        - The candidate's ``oom`` in it is the harness's too (``harness_error``, ``trusted_held``: the trusted
+          process's share of the device) where the trusted process itself held half of the device or more when
+          the candidate ran out (``trusted_memory``, read then: :meth:`_finish`). H200 session 16: L1/96's
+          reference, as its own candidate, ran out alone while the trusted side held 52% of the device by that
+          reading; the same candidate had passed in the cold run.
         - Findings of the first run are kept (a cheat found before it ran out is not forgotten).
         """
         overcommitted = self._alone_fell or (self.memory_ledger is not None and self.memory_ledger.others() > 1e-9)
@@ -1433,6 +1438,11 @@ class DeviceEvaluator:
                  "oom_beside_others": {"error": first.error[:2000], "memory_claim": first.extra.get("memory_claim")}}
         if overcommitted and res.outcome is Outcome.OOM:
             extra.update({"harness_error": True, "rerun_not_alone": True})
+        tm = res.extra.get("trusted_memory") or {}
+        held, total = tm.get("reserved_bytes"), tm.get("device_total_bytes")
+        if res.outcome is Outcome.OOM and isinstance(held, int) and isinstance(total, int) and total > 0 \
+                and 2 * held >= total:
+            extra.update({"harness_error": True, "trusted_held": round(held / total, 3)})
         seen = {(f.check, f.message) for f in res.findings}
         findings = tuple(res.findings) + tuple(f for f in first.findings if (f.check, f.message) not in seen)
         return res.with_(findings=findings, extra=extra)
