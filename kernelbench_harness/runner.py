@@ -739,7 +739,10 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     finally:
         try:
             if sizing is not None:
-                sizing.stop()
+                try:
+                    sizing.stop()
+                except Exception:  # noqa: BLE001 - the build pool and the slots are closed whatever happens
+                    log.warning("stopping the sizing child failed", exc_info=True)
             if pool is not None:
                 pool.close()
         finally:
@@ -783,6 +786,8 @@ def _interleave_todo(todo: list[tuple[Any, int]], phase_s: dict[str, float],
     if sizing is not None and set(groups) <= sizing.keys:
         sizes = sizing.result()
     else:
+        if sizing is not None:
+            sizing.stop()
         sizes = problem_sizes({k: v[0][0].problem.code for k, v in groups.items()})
     order = interleave_large(list(groups), sizes)
     phase_s["schedule"] = time.perf_counter() - t0
@@ -806,7 +811,10 @@ def _start_sizing(cfg: RunConfig, problems: list[Problem]) -> Any:
         return None
     from .schedule import Sizing
 
-    return Sizing({p.key: p.code for p in problems})
+    try:
+        return Sizing({p.key: p.code for p in problems})
+    except Exception:  # noqa: BLE001 - sizing only orders the run (a full /tmp, say): sized later or not at all
+        return None
 
 
 def resume_command(run_name: str, db: str | None) -> str:

@@ -76,9 +76,10 @@ class Sizing:
         with tempfile.TemporaryFile("w+") as f:  # the child's stdin: the sources can be MiBs (no pipe to fill)
             json.dump(dict(codes), f)
             f.seek(0)
-            try:
+            try:  # its own process group: stop() kills whatever a problem started too (it could hold the pipes)
                 self._proc = subprocess.Popen([sys.executable, "-m", "kernelbench_harness.schedule"], stdin=f,
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                              start_new_session=True)
             except OSError:
                 self._got = {}
 
@@ -91,7 +92,7 @@ class Sizing:
         if self._got is not None:
             return self._got
         assert self._proc is not None
-        try:
+        try:  # past the limit (or a problem's process holding the pipes open): killed, no sizes
             out, _err = self._proc.communicate(timeout=timeout_s)
             got = json.loads(out.strip().splitlines()[-1]) if self._proc.returncode == 0 and out.strip() else {}
         except subprocess.TimeoutExpired:
@@ -104,10 +105,26 @@ class Sizing:
         return self._got
 
     def stop(self) -> None:
-        """Kill the child if it still runs (nothing is waited for after that but its exit)."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.communicate()
+        """Kill the child and its process group (whatever a problem started) if it still runs; waits for
+        the child's exit only (at most 5 s), not for its pipes."""
+        import os
+        import signal
+        import subprocess
+
+        p = self._proc
+        if p is not None:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    p.kill()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+            for pipe in (p.stdout, p.stderr):
+                if pipe is not None:
+                    pipe.close()
         if self._got is None:
             self._got = {}
 

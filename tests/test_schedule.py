@@ -157,6 +157,13 @@ def test_sizes_started_early_are_the_ones_used_and_a_stopped_child_gives_none():
     t0 = time.perf_counter()
     stopped.stop()
     assert stopped.result() == {} and time.perf_counter() - t0 < 10
+    assert stopped._proc.poll() is not None  # killed and reaped
+    # a problem that starts a process of its own holding the pipes: stop() does not wait for it
+    holder = Sizing({"spawns": "import subprocess\nsubprocess.Popen(['sleep', '60'])\nimport time\ntime.sleep(60)\n"})
+    time.sleep(3)
+    t0 = time.perf_counter()
+    holder.stop()
+    assert time.perf_counter() - t0 < 8 and holder._proc.poll() is not None
 
 
 def test_runs_size_early_only_where_slots_share_a_gpu():

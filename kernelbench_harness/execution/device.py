@@ -1426,8 +1426,10 @@ class DeviceEvaluator:
           harness's own copies have caused it before (H200 session 10, L1/19). ``--resume`` evaluates such a
           turn again a bounded number of times (:meth:`.store.Store.retryable_attempts`), so a candidate that
           holds memory on purpose gets no verdict in its favour and no endless re-evaluation.
-        - The candidate's ``oom`` in it is the harness's too (``harness_error``, ``trusted_held``: the trusted
-          process's share of the device) where the trusted process itself held half of the device or more when
+        - The candidate's device ``oom`` in it (not the host's ``resident memory`` limit) is the harness's too
+          (``harness_error``, ``trusted_held``: the trusted process's allocated share of the device; a candidate
+          that only claims to have run out gains a bounded number of re-evaluations, never a pass) where the
+          trusted process itself held half of the device or more when
           the candidate ran out (``trusted_memory``, read then: :meth:`_finish`). H200 session 16: L1/96's
           reference, as its own candidate, ran out alone while the trusted side held 52% of the device by that
           reading; the same candidate had passed in the cold run.
@@ -1439,9 +1441,9 @@ class DeviceEvaluator:
         if overcommitted and res.outcome is Outcome.OOM:
             extra.update({"harness_error": True, "rerun_not_alone": True})
         tm = res.extra.get("trusted_memory") or {}
-        held, total = tm.get("reserved_bytes"), tm.get("device_total_bytes")
-        if res.outcome is Outcome.OOM and isinstance(held, int) and isinstance(total, int) and total > 0 \
-                and 2 * held >= total:
+        held, total = tm.get("allocated_bytes"), tm.get("device_total_bytes")
+        if res.outcome is Outcome.OOM and not res.error.startswith("resident memory") \
+                and isinstance(held, int) and isinstance(total, int) and total > 0 and 2 * held >= total:
             extra.update({"harness_error": True, "trusted_held": round(held / total, 3)})
         seen = {(f.check, f.message) for f in res.findings}
         findings = tuple(res.findings) + tuple(f for f in first.findings if (f.check, f.message) not in seen)

@@ -682,11 +682,13 @@ def test_an_alone_reruns_oom_is_the_harnesss_if_others_held_memory_and_first_fin
     slot._alone_fell = False
     # alone, but the trusted process itself held half the device or more when the candidate ran out
     held = EvalResult(Outcome.OOM, error="CUDA out of memory",
-                      extra={"trusted_memory": {"reserved_bytes": 52, "device_total_bytes": 100}})
+                      extra={"trusted_memory": {"allocated_bytes": 52, "reserved_bytes": 60, "device_total_bytes": 100}})
     res = devmod.DeviceEvaluator._alone_verdict(slot, first, held)
     assert res.extra["harness_error"] and res.extra["trusted_held"] == 0.52
-    held = held.with_(extra={"trusted_memory": {"reserved_bytes": 40, "device_total_bytes": 100}})
-    assert "harness_error" not in devmod.DeviceEvaluator._alone_verdict(slot, first, held).extra
+    low = held.with_(extra={"trusted_memory": {"allocated_bytes": 40, "reserved_bytes": 60, "device_total_bytes": 100}})
+    assert "harness_error" not in devmod.DeviceEvaluator._alone_verdict(slot, first, low).extra
+    host = held.with_(error="resident memory over the limit")  # the host's limit, not the device's memory
+    assert "harness_error" not in devmod.DeviceEvaluator._alone_verdict(slot, first, host).extra
 
 
 def test_outputs_describing_far_more_bytes_than_the_references_are_not_copied(tmp_path):

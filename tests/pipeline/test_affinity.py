@@ -128,3 +128,18 @@ def test_a_cancelled_waiter_takes_no_slot():
         assert again == held
 
     asyncio.run(go())
+
+
+def test_a_waiter_cancelled_just_before_a_release_is_skipped():
+    async def go() -> None:
+        q = AffinityQueue(1)
+        a = await q.acquire("a")
+        gone = asyncio.ensure_future(q.acquire("b"))
+        nxt = asyncio.ensure_future(q.acquire("c"))
+        await _flush()
+        gone.cancel()  # its future is cancelled now; the task has not run its except clause yet
+        q.release(a, "a")  # must skip it, not set a result on a cancelled future
+        await _flush()
+        assert nxt.done() and nxt.result() == a
+
+    asyncio.run(go())
