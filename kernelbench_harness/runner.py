@@ -195,6 +195,13 @@ def extension_cache_dir(cfg: "RunConfig") -> Path:
     return d
 
 
+def _slot_devices(cfg: RunConfig) -> list[str]:
+    """The local executor's slot devices for ``cfg``: each of ``--gpus`` ``--slots-per-gpu`` times."""
+    from .executors.local import resolve_devices
+
+    return [d for d in resolve_devices(cfg.gpus) for _ in range(max(1, int(cfg.slots_per_gpu)))]
+
+
 def _make_executor(cfg: RunConfig, build_cache: Path) -> Any:
     opts = {"build_cache": str(build_cache), "start_method": cfg.start_method, "sandbox": cfg.sandbox,
             "log_level": logging.getLogger().level}
@@ -204,10 +211,9 @@ def _make_executor(cfg: RunConfig, build_cache: Path) -> Any:
         return RayExecutor(address=cfg.ray_address, gpus=cfg.gpus, options=opts)
     if cfg.executor != "local":
         raise ConfigError(f"unknown executor {cfg.executor!r}", fix="use --executor local or --executor ray")
-    from .executors.local import LocalExecutor, resolve_devices
+    from .executors.local import LocalExecutor
 
-    devices = [d for d in resolve_devices(cfg.gpus) for _ in range(max(1, int(cfg.slots_per_gpu)))]
-    return LocalExecutor(devices, {**opts, "timing_cpus": cfg.timing_cpus, "quiet_host": cfg.quiet_host})
+    return LocalExecutor(_slot_devices(cfg), {**opts, "timing_cpus": cfg.timing_cpus, "quiet_host": cfg.quiet_host})
 
 
 class _Baselines:
@@ -801,10 +807,8 @@ def _start_sizing(cfg: RunConfig, problems: list[Problem]) -> Any:
     otherwise."""
     if cfg.executor != "local":
         return None
-    from .executors.local import resolve_devices
-
     try:
-        devices = [d for d in resolve_devices(cfg.gpus) for _ in range(max(1, int(cfg.slots_per_gpu)))]
+        devices = _slot_devices(cfg)
     except Exception:  # noqa: BLE001 - the executor reports a bad --gpus itself
         return None
     if not _slots_share_a_gpu([{"device": d} for d in devices]):

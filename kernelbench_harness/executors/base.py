@@ -84,18 +84,14 @@ class AffinityQueue:
         job, else the first other waiter; among the slots it may take, the one that last served its key."""
         self._waiters = [w for w in self._waiters if not w[0].done()]  # cancelled while waiting
         while self._free and self._waiters:
-            pick: tuple[tuple[asyncio.Future[int], str, bool], list[int]] | None = None
-            for w in self._waiters:
-                if w[2]:
-                    ok = [i for i in self._free if not self._large_in.get(self.groups[i])]
-                    if ok:
-                        pick = (w, ok)
-                        break
+            pick = None
+            for w in [w for w in self._waiters if w[2]] + [w for w in self._waiters if not w[2]]:
+                ok = [i for i in self._free if not (w[2] and self._large_in.get(self.groups[i]))]
+                if ok:
+                    pick = (w, ok)
+                    break
             if pick is None:
-                w = next((w for w in self._waiters if not w[2]), None)
-                if w is None:
-                    return  # only large waiters, and each group with a free slot runs a large job
-                pick = (w, list(self._free))
+                return  # only large waiters, and each group with a free slot runs a large job
             (fut, key, large), ok = pick
             i = next((j for j in ok if self.last.get(j) == key), ok[0])
             self._free.remove(i)
