@@ -1386,6 +1386,10 @@ class DeviceEvaluator:
         """
         with self._gpu_work():
             self._in_job = True
+            if self.memory_ledger is not None:
+                # a large problem, run one per GPU at a time: its claims draw on the lane's reserve, and what it
+                # gives back is kept there for the next (see memledger)
+                self.memory_ledger.lane = bool(job.large)
             try:
                 _device_peak(self.device, reset=True)
                 res = self._evaluate(job)
@@ -1412,7 +1416,11 @@ class DeviceEvaluator:
                 return res
             finally:
                 self._in_job = False
-                self._give_memory_back(free_contexts=True)
+                try:
+                    self._give_memory_back(free_contexts=True)
+                finally:
+                    if self.memory_ledger is not None:
+                        self.memory_ledger.lane = False
                 self._job_share = self.memory_share
 
     def _alone_verdict(self, first: EvalResult, res: EvalResult) -> EvalResult:
@@ -1659,16 +1667,19 @@ class DeviceEvaluator:
         if need < self.SETUP_CLAIM_MIN_BYTES:
             return
         total = int(torch.cuda.get_device_properties(self.device).total_memory)
-        self._claim_and_wait(min(1.0, need / (UTIL * total)), min(need, int(UTIL * total)), phase)
+        # (a large job's set-up claim leaves the rest of the lane's reserve reserved for its plan's claim)
+        self._claim_and_wait(min(1.0, need / (UTIL * total)), min(need, int(UTIL * total)), phase, keep_reserve=True)
 
-    def _claim_and_wait(self, claim: float, need_bytes: int, phase: dict[str, float]) -> bool:
+    def _claim_and_wait(self, claim: float, need_bytes: int, phase: dict[str, float], keep_reserve: bool = False) -> bool:
         """Claim ``claim`` in the memory ledger (taken whatever the others hold after
         :attr:`MEMORY_WAIT_MAX_S`), then wait for ``need_bytes`` of the device to be free (at most
         :attr:`PHYSICAL_WAIT_MAX_S`), this slot's hold on the host lock given up while waiting; the seconds
-        go to ``phase["memory_wait"]``. Returns whether the claim came after its wait ran out."""
+        go to ``phase["memory_wait"]``. ``keep_reserve``: see :meth:`.memledger.MemoryLedger.try_claim`.
+        Returns whether the claim came after its wait ran out."""
         with self._lock_given_up_while_waiting() as give_lock_up:
             self._job_claim, waited, fell = self.memory_ledger.claim(
-                [claim], wait_s=self.MEMORY_WAIT_MAX_S, fallback=claim, on_wait=give_lock_up)
+                [claim], wait_s=self.MEMORY_WAIT_MAX_S, fallback=claim, on_wait=give_lock_up,
+                keep_reserve=keep_reserve)
             waited += self._wait_device_free(need_bytes, give_lock_up, self.PHYSICAL_WAIT_MAX_S)
         if waited > 0:
             phase["memory_wait"] = phase.get("memory_wait", 0.0) + waited

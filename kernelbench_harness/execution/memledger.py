@@ -35,6 +35,16 @@ the sets through shared device memory (``low``: one staged set, one timing set),
 - after ``wait_s`` in vain plans for the fixed 1/N as before the ledger (files for the largest sets),
   claiming what that plan needs, and says so in the log.
 
+**The lane's reserve.** Problems of :data:`..schedule.LANE_BYTES` or more run one per GPU at a time, back to back
+(:class:`..executors.base.AffinityQueue`), each claiming most of the device. When one ended, its claim went back
+and the other slots' next jobs took it; the next large job then waited for them to finish (H200 session 16: 5.4 s
+of each large job's 18.0 s). A large job's handle is marked (:attr:`MemoryLedger.lane`): what it gives back is
+kept as the lane's reserve, which the other slots' jobs see as held and the next large job's claims draw from
+first. The reserve goes when a large job is granted its plan's claim (what it needs), when
+:data:`LANE_HOLD_S` pass without a large job claiming it, when the executor finds no large job left to run on the
+device (:meth:`MemoryLedger.end_lane`), and at once where another slot's job waits for more than the device leaves beside it
+(a re-run with the whole device claimed: it must not wait for the lane to end).
+
 The shared state is two lock-free arrays per device, and a file lock (``flock``: the kernel releases it
 when a holder dies) held for a few reads and writes. A slot that dies with a claim has it cleared by the
 executor (:func:`clear_slot`). ``KBENCH_MEMORY_LEDGER=0`` switches it off (every slot plans for 1/N).
@@ -50,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 __all__ = ["MemoryLedger", "MemoryNeed", "Plan", "memory_need", "claim_of", "job_share", "new_state",
-           "clear_slot", "enabled", "ENV", "UTIL"]
+           "clear_slot", "enabled", "ENV", "UTIL", "LANE_HOLD_S"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +70,14 @@ ENV = "KBENCH_MEMORY_LEDGER"
 #: and stored references (10%); see DeviceEvaluator.SHARE_MAX_FRACTION, device.TIMING_SETS_FRACTION and
 #: ProblemContext.REF_BUDGET_CUDA_FRACTION
 UTIL = 0.70
+
+#: the longest the lane's reserve is kept for a large job that has not claimed it (seconds): the executor
+#: ends it sooner when no large job is left (:meth:`MemoryLedger.end_lane`); this bounds it if a job never claims
+LANE_HOLD_S = 20.0
+
+# the entries of the ``pending`` array (new_state): the waiting slot and its claim; the lane's reserve and the
+# time.monotonic() it lapses at (CLOCK_MONOTONIC: one clock for every process of the host)
+_WAITING, _W_CLAIM, _RESERVE, _UNTIL = range(4)
 
 
 def enabled() -> bool:
@@ -199,14 +217,16 @@ class MemoryLedger:
 
     Args:
         claims: ``multiprocessing.Array("d", N, lock=False)``, each slot's claim (0.0 when idle).
-        pending: ``multiprocessing.Array("d", [-1, 0], lock=False)``: the slot whose job waits for memory
-            (-1: none) and the claim it waits for; while it is set, other slots' new jobs are granted only
-            what leaves room for that claim.
+        pending: ``multiprocessing.Array("d", [-1, 0, 0, 0], lock=False)`` (:func:`new_state`): the slot whose
+            job waits for memory (-1: none) and the claim it waits for (while it is set, other slots' new jobs
+            are granted only what leaves room for that claim); the lane's reserve (a fraction of the device)
+            and the ``time.monotonic()`` at which it lapses. A two-entry array has no reserve.
         lock: the path of the device's ledger lock file (``flock``), or an object with
             ``acquire(timeout=...)`` and ``release()``; held for a few reads and writes.
         index: this slot's index in ``claims``.
 
-    The share a slot plans for with N slots and no ledger is 1/N (:attr:`fixed`).
+    The share a slot plans for with N slots and no ledger is 1/N (:attr:`fixed`). :attr:`lane` is set by the
+    slot for the length of a large job (see the module's description of the lane's reserve).
     """
 
     #: the smallest claim, for a job whose planned bytes are tiny: the candidate's own allocations and
@@ -224,6 +244,9 @@ class MemoryLedger:
         self.pending = pending
         self.lock = _FileLock(lock) if isinstance(lock, (str, os.PathLike)) else lock
         self.index = index
+        #: this slot's job is one of the lane's (a large problem): its claims draw on the lane's reserve and
+        #: what it gives back is kept there
+        self.lane = False
 
     @property
     def fixed(self) -> float:
@@ -231,8 +254,21 @@ class MemoryLedger:
         return 1.0 / max(1, len(self.claims))
 
     def others(self) -> float:
-        """The claims of the device's other slots now."""
-        return sum(c for j, c in enumerate(self.claims[:]) if j != self.index)
+        """The claims of the device's other slots now, with the lane's reserve where this slot's job is not
+        the lane's."""
+        held = sum(c for j, c in enumerate(self.claims[:]) if j != self.index)
+        return held + (0.0 if self.lane else self.reserve())
+
+    def reserve(self) -> float:
+        """The lane's reserve now (0.0 once it has lapsed, or without one)."""
+        if len(self.pending) <= _UNTIL or time.monotonic() >= float(self.pending[_UNTIL]):
+            return 0.0
+        return max(0.0, float(self.pending[_RESERVE]))
+
+    def _set_reserve(self, value: float) -> None:
+        if len(self.pending) > _UNTIL:
+            self.pending[_RESERVE] = max(0.0, value)
+            self.pending[_UNTIL] = time.monotonic() + LANE_HOLD_S if value > 1e-9 else 0.0
 
     def _locked(self, fn: Callable[[], Any]) -> Any:
         got = self.lock.acquire(timeout=self.LOCK_WAIT_S)
@@ -252,21 +288,28 @@ class MemoryLedger:
         self.pending[1] = claim
         self.pending[0] = index
 
-    def try_claim(self, options: Sequence[float]) -> float | None:
+    def try_claim(self, options: Sequence[float], keep_reserve: bool = False) -> float | None:
         """Claim the first of ``options`` (the job's plans' claims, best plan first) the others leave room
         for; None otherwise (nothing claimed), and this slot becomes the one waiting, for its smallest
         option, when nobody is. While another slot's job waits for a claim ``w``, a claim is granted only
-        if ``w`` still fits beside it, or if it is no more than this slot holds already (it takes no room)."""
+        if ``w`` still fits beside it, or if it is no more than this slot holds already (it takes no room).
+
+        A lane job's claim (:attr:`lane`) draws on the lane's reserve first, which counts as held by it. With
+        ``keep_reserve`` (a claim for the reference's set-up, before the plan's) what the claim leaves of the
+        reserve stays reserved; without it (the plan's claim: what the job needs) the rest goes."""
         def attempt() -> float | None:
             waiting, w_claim = self._waiting()
-            free = self.CAPACITY - self.others()
+            reserve = self.reserve() if self.lane else 0.0
+            free = self.CAPACITY - self.others() - reserve  # (the reserve, the lane's own, is in neither)
             if waiting not in (-1, self.index):
                 free -= w_claim
-            held = float(self.claims[self.index])
+            held = float(self.claims[self.index]) + reserve
             for c in options:
                 # no more than this slot holds already: granted whoever waits (it takes no room from them)
-                if free + 1e-9 >= c or c <= held + 1e-9:
+                if free + reserve + 1e-9 >= c or c <= held + 1e-9:
                     self.claims[self.index] = c
+                    if reserve > 0.0:
+                        self._set_reserve(reserve - c if keep_reserve else 0.0)
                     if waiting == self.index:
                         self._set_waiting(-1, 0.0)
                     return c
@@ -276,7 +319,7 @@ class MemoryLedger:
         return self._locked(attempt)
 
     def claim(self, options: Sequence[float], *, wait_s: float, fallback: float,
-              on_wait: Callable[[], None] | None = None) -> tuple[float, float, bool]:
+              on_wait: Callable[[], None] | None = None, keep_reserve: bool = False) -> tuple[float, float, bool]:
         """Claim one of ``options`` for one job: see the module's description.
 
         Args:
@@ -285,6 +328,7 @@ class MemoryLedger:
             fallback: the claim of the plan for the fixed share.
             on_wait: called once before the first wait (the caller gives up the device's host lock then:
                 a slot waiting for memory must not hold up the timing windows that let others finish).
+            keep_reserve: see :meth:`try_claim`.
 
         Returns:
             ``(claim, waited_s, fell_back)``: this slot's claim until :meth:`release` (one of ``options``
@@ -297,7 +341,7 @@ class MemoryLedger:
             raise ValueError("MemoryLedger.claim: no options")
         options = [max(0.0, min(float(c), 1.0)) for c in options]
         t0 = time.monotonic()
-        got = self.try_claim(options)
+        got = self.try_claim(options, keep_reserve)
         if got is not None:
             return got, 0.0, False
         if on_wait is not None:
@@ -305,7 +349,7 @@ class MemoryLedger:
         end = t0 + wait_s
         while time.monotonic() < end:
             time.sleep(self.POLL_S)
-            got = self.try_claim(options)
+            got = self.try_claim(options, keep_reserve)
             if got is not None:
                 return got, time.monotonic() - t0, False
 
@@ -313,18 +357,35 @@ class MemoryLedger:
             if self._waiting()[0] == self.index:
                 self._set_waiting(-1, 0.0)
             self.claims[self.index] = fallback
+            if self.lane:
+                self._set_reserve(0.0)  # (the fallback is taken whatever the others hold; the reserve with it)
         self._locked(fall_back)
         log.warning("no room for a claim of %.2f of the device's memory within %.0f s (the other slots hold "
                     "%.2f); planning for the fixed share 1/%d", min(options), wait_s, self.others(), len(self.claims))
         return fallback, time.monotonic() - t0, True
 
     def release(self) -> None:
-        """This slot's job is done: its claim (and its wait, if any) is given back."""
+        """This slot's job is done, or gives its claim back before claiming again: its claim (and its wait, if
+        any) is given back. A lane job's (:attr:`lane`) is kept as the lane's reserve, added to what is left
+        of it, unless another slot's job waits for more than the device leaves beside the reserve."""
         def give_back() -> None:
+            c = float(self.claims[self.index])
             self.claims[self.index] = 0.0
-            if self._waiting()[0] == self.index:
+            waiting, w_claim = self._waiting()
+            if waiting == self.index:
                 self._set_waiting(-1, 0.0)
+                waiting = -1
+            if self.lane and len(self.pending) > _UNTIL:
+                keep = self.reserve() + c
+                if waiting != -1 and w_claim > self.CAPACITY - keep + 1e-9:
+                    keep = 0.0  # that job could never start beside the lane (a re-run with the whole device)
+                self._set_reserve(min(keep, self.CAPACITY))
         self._locked(give_back)
+
+    def end_lane(self) -> None:
+        """End the lane's reserve (the executor, on a handle of index -1: no large job is left to run on the
+        device)."""
+        self._locked(lambda: self._set_reserve(0.0))
 
 
 def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, fixed_plan: Plan, *,
@@ -358,7 +419,8 @@ def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, fixed_
 def new_state(ctx: Any, n_slots: int, lock_path: str) -> tuple[Any, Any, str]:
     """The shared state of one device's ledger for ``n_slots`` slots: ``(claims, pending, lock_path)``, the
     arrays made in the multiprocessing context ``ctx`` (pass them to each slot's :class:`MemoryLedger`)."""
-    return ctx.Array("d", n_slots, lock=False), ctx.Array("d", [-1.0, 0.0], lock=False), lock_path
+    return ctx.Array("d", n_slots, lock=False), ctx.Array("d", [-1.0, 0.0, 0.0, 0.0], lock=False), lock_path
+
 
 
 def clear_slot(claims: Any, pending: Any, index: int) -> None:

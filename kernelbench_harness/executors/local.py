@@ -453,6 +453,8 @@ class LocalExecutor(Executor):
                 os.close(fd)
                 self._ledger_files.append(path)
                 ledgers[d] = memledger.new_state(ctx, devices.count(d), path)
+        # the executor's own handle on each ledger: it ends the lane's reserve when no large job is left there
+        self._lane_ledgers = {d: memledger.MemoryLedger(*state, -1) for d, state in ledgers.items()}
         self._slots = [_Slot(i, d, slot_opts[i], locks[d], (queues[d], index_on[i]), slot_pids,
                              (*ledgers[d], index_on[i]) if d in ledgers else None)
                        for i, d in enumerate(devices)]
@@ -483,7 +485,19 @@ class LocalExecutor(Executor):
             done = True
         finally:
             self._free.release(i, key if done else None, large=large)
+            if large:
+                self._end_lane_if_idle(slot.device)
         return slot, tag, payload
+
+    def _end_lane_if_idle(self, device: str) -> None:
+        """After a large job on ``device``: where the queue handed no other large job a slot there, the
+        memory ledger's lane reserve goes back to the other slots (see execution/memledger.py)."""
+        led = getattr(self, "_lane_ledgers", {}).get(device)
+        if led is not None and not self._free.large_running(device):
+            try:
+                led.end_lane()
+            except OSError as e:  # the lock file is gone: the reserve lapses on its own (LANE_HOLD_S)
+                log.warning("could not end the memory ledger's lane reserve on %s: %s", device, e)
 
     async def evaluate(self, job: EvalJob) -> EvalResult:
         # a large problem (EvalJob.large) runs one per GPU at a time, ahead of the others (AffinityQueue)

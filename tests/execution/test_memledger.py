@@ -42,7 +42,8 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
     slot._wait_device_free = lambda need, give, wait: DeviceEvaluator._wait_device_free(slot, need, give, wait)
     slot._lock_given_up_while_waiting = lambda: DeviceEvaluator._lock_given_up_while_waiting(slot)
     slot._claim_device_alone = lambda phase: DeviceEvaluator._claim_device_alone(slot, phase)
-    slot._claim_and_wait = lambda claim, need, phase: DeviceEvaluator._claim_and_wait(slot, claim, need, phase)
+    slot._claim_and_wait = lambda claim, need, phase, keep_reserve=False: DeviceEvaluator._claim_and_wait(
+        slot, claim, need, phase, keep_reserve)
     slot._alone_verdict = lambda first, res: DeviceEvaluator._alone_verdict(slot, first, res)
     slot._alone_fell = False
     return slot
@@ -417,7 +418,7 @@ def test_an_oom_beside_other_slots_is_evaluated_again_with_the_whole_device(monk
     gave_back: list[bool] = []
     slot._give_memory_back = lambda free_contexts=False: (
         gave_back.append(free_contexts), devmod.DeviceEvaluator._give_memory_back(slot, free_contexts))
-    res = devmod.DeviceEvaluator.evaluate(slot, object())
+    res = devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=False))
     # the first run's claim goes back before the re-run (its context kept: the re-run uses it); the job's
     # end frees large contexts (H200 session 13: idle slots held 23 GiB outside every claim)
     assert gave_back == [False, True]
@@ -427,7 +428,7 @@ def test_an_oom_beside_other_slots_is_evaluated_again_with_the_whole_device(monk
     assert list(b.claims[:]) == [0.0, 0.0] and slot._alone is False
     # a host memory limit (the candidate's own resident memory) is not run again
     slot._evaluate = lambda job: EvalResult(Outcome.OOM, error="resident memory over the limit")
-    assert "rerun_alone" not in devmod.DeviceEvaluator.evaluate(slot, object()).extra
+    assert "rerun_alone" not in devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=False)).extra
 
 
 def test_a_trusted_side_allocation_that_runs_out_is_a_harness_oom_not_a_protocol_violation(monkeypatch):
@@ -526,7 +527,7 @@ def test_a_trusted_side_oom_beside_other_slots_is_evaluated_again_with_the_devic
     import threading
 
     threading.Timer(0.2, a.release).start()
-    res = devmod.DeviceEvaluator.evaluate(slot, object())
+    res = devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=False))
     assert res.outcome is Outcome.CORRECT and res.extra["rerun_alone"] is True
     assert seen == [(False, 0.0), (True, 1.0)]  # claimed the whole device once the other job was done
     assert list(b.claims[:]) == [0.0, 0.0] and slot._alone is False
@@ -799,7 +800,7 @@ def test_no_rerun_alone_when_the_first_run_already_found_a_cheat(monkeypatch, tm
         return EvalResult(Outcome.RUNTIME_ERROR, error="reference failed: out of memory", findings=(cheat,),
                           extra={"harness_error": True, "trusted_oom": True, "phase": "recheck"})
     slot._evaluate = evaluate
-    res = devmod.DeviceEvaluator.evaluate(slot, object())
+    res = devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=False))
     assert runs == [1] and "rerun_alone" not in res.extra and cheat in res.findings
 
 
@@ -821,3 +822,163 @@ def test_an_alone_rerun_whose_claim_fell_back_plans_for_the_fixed_share(monkeypa
     ctx = _ctx(0.5, 0.5)
     devmod.DeviceEvaluator._plan_memory(slot, ctx, {})
     assert ctx.memory_share == pytest.approx(0.5)
+
+
+def test_a_large_jobs_memory_is_kept_for_the_next_large_job_and_not_for_small_ones(tmp_path):
+    """The lane's reserve (H200 session 16: each large job waited 5.4 s for memory that small jobs started
+    between two large ones held): what a large job gives back stays reserved; the next large job's set-up
+    claim draws on it and leaves the rest reserved for its plan's claim, which then takes what it needs and
+    lets the rest go."""
+    a, b, c = _ledgers(3, tmp_path)
+    a.lane = True
+    assert a.try_claim([0.7]) == pytest.approx(0.7)
+    a.release()
+    a.lane = False  # (slot 0's next job is a small one)
+    assert a.claims[0] == 0.0 and b.reserve() == pytest.approx(0.7)
+    assert b.try_claim([0.4]) is None  # a small job sees the reserve as held
+    assert int(b.pending[0]) == 1
+    b.release()  # (gives up its wait)
+    assert b.try_claim([0.3]) == pytest.approx(0.3)
+    c.lane = True  # the next large job, in another slot
+    assert c.others() == pytest.approx(0.3)
+    assert c.try_claim([0.2], keep_reserve=True) == pytest.approx(0.2)  # its set-up's claim
+    assert c.reserve() == pytest.approx(0.5) and b.others() == pytest.approx(0.7)
+    c.release()  # before its plan's claim: back into the reserve
+    assert c.reserve() == pytest.approx(0.7)
+    assert c.try_claim([0.6]) == pytest.approx(0.6)  # the plan's: granted at once, the rest no longer reserved
+    assert c.reserve() == 0.0 and b.others() == pytest.approx(0.6)
+    assert a.try_claim([0.1]) == pytest.approx(0.1)  # (a small job in slot 0 now)
+    # the whole of it: the large job may take up to what the small ones leave
+    c.release()
+    c.lane = False
+    assert c.reserve() == pytest.approx(0.6)
+    assert a.try_claim([0.2]) is None
+
+
+def test_the_lanes_reserve_lapses_ends_and_gives_way_to_a_job_that_needs_the_whole_device(tmp_path, monkeypatch):
+    from kernelbench_harness.execution import memledger
+
+    a, b = _ledgers(2, tmp_path)
+    a.lane = True
+    a.try_claim([0.8])
+    a.release()
+    assert b.try_claim([0.5]) is None and int(b.pending[0]) == 1
+    b.release()
+    # the executor: no large job left on the device
+    MemoryLedger(a.claims, a.pending, a.lock.path, -1).end_lane()
+    assert b.reserve() == 0.0 and b.try_claim([0.5]) == pytest.approx(0.5)
+    b.release()
+    # a reserve nobody claims lapses
+    monkeypatch.setattr(memledger, "LANE_HOLD_S", 0.2)
+    a.try_claim([0.8])
+    a.release()
+    assert b.try_claim([0.5]) is None
+    b.release()
+    time.sleep(0.25)
+    assert b.reserve() == 0.0 and b.try_claim([0.5]) == pytest.approx(0.5)
+    b.release()
+    # a job waiting for more than the device leaves beside the reserve (a re-run with the whole device
+    # claimed) does not wait for the lane to end: the reserve is not kept
+    monkeypatch.setattr(memledger, "LANE_HOLD_S", 20.0)
+    a.try_claim([0.8])
+    assert b.try_claim([1.0]) is None and int(b.pending[0]) == 1
+    a.release()
+    assert a.reserve() == 0.0 and b.try_claim([1.0]) == pytest.approx(1.0)
+    b.release()
+    # a small waiter does not undo it: it fits beside the reserve once the running small jobs finish
+    (tmp_path / "three").mkdir()
+    lane, small, waiter = _ledgers(3, tmp_path / "three")
+    lane.lane = True
+    lane.try_claim([0.7])
+    small.try_claim([0.2])
+    assert waiter.try_claim([0.2]) is None and int(waiter.pending[0]) == 2
+    lane.release()
+    assert lane.reserve() == pytest.approx(0.7) and waiter.try_claim([0.2]) is None
+    small.release()
+    assert waiter.try_claim([0.2]) == pytest.approx(0.2)
+
+
+def test_a_large_jobs_evaluation_leaves_its_claim_to_the_lane(monkeypatch, tmp_path):
+    """DeviceEvaluator.evaluate marks the slot's ledger handle for a large job (EvalJob.large) only: its claims
+    are given back into the lane's reserve at the end, and the mark is cleared."""
+    import contextlib
+
+    import torch
+
+    from kernelbench_harness.core import EvalResult, Outcome
+    from kernelbench_harness.execution import device as devmod
+
+    _pretend_cuda(monkeypatch)
+    a, b = _ledgers(2, tmp_path)
+    slot = _slot(0.5, b)
+    slot._gpu_work = contextlib.nullcontext
+    slot._free_contexts = lambda: None
+    slot.CONTEXT_KEEP_MAX_BYTES = devmod.DeviceEvaluator.CONTEXT_KEEP_MAX_BYTES
+    slot._give_memory_back = lambda free_contexts=False: devmod.DeviceEvaluator._give_memory_back(slot, free_contexts)
+    ctx = _ctx(6.0, 6.0)
+    marks: list[bool] = []
+
+    def evaluate(job):
+        marks.append(b.lane)
+        devmod.DeviceEvaluator._plan_memory(slot, ctx, {})
+        return EvalResult(Outcome.CORRECT, extra={"memory_claim": slot._job_claim})
+    slot._evaluate = evaluate
+    need, _ = _need(ctx)
+    res = devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=True))
+    assert res.outcome is Outcome.CORRECT and marks == [True] and b.lane is False
+    assert b.claims[1] == 0.0 and a.reserve() == pytest.approx(need.high_claim)
+    assert a.try_claim([1.0 - need.high_claim + 0.01]) is None
+    a.release()
+    MemoryLedger(a.claims, a.pending, a.lock.path, -1).end_lane()  # (the executor: no large job follows)
+    devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=False))  # another job's claim is not kept
+    assert marks == [True, False] and b.lane is False
+    assert a.reserve() == 0.0 and a.try_claim([1.0]) == pytest.approx(1.0)
+    del torch
+
+
+def test_the_executor_ends_the_lanes_reserve_when_no_large_job_follows(monkeypatch):
+    """LocalExecutor._call: after a large job, the reserve stays while the queue hands the next large job a
+    slot on that device, and ends when none follows."""
+    import asyncio
+
+    from kernelbench_harness.executors import local
+
+    seen: list[tuple[str, float]] = []
+
+    class FakeSlot:
+        def __init__(self, index, device, options, timing_lock, window_queue=None, slot_pids=None, ledger=None):
+            self.index, self.device, self.fingerprint, self.proc = index, device, {}, None
+            self.led = MemoryLedger(*ledger)
+
+        def wait_ready(self):
+            pass
+
+        def stop(self):
+            pass
+
+        def call(self, msg):  # a large job: claims, then gives its claim back into the reserve
+            seen.append((msg[1], self.led.reserve()))
+            self.led.lane = True
+            self.led.try_claim([0.6])
+            time.sleep(0.05)
+            self.led.release()
+            self.led.lane = False
+            return "ok", None
+
+    monkeypatch.setattr(local, "_Slot", FakeSlot)
+    saved = os.sched_getaffinity(0)
+    try:
+        ex = local.LocalExecutor(["cuda:0", "cuda:0"], {"timing_cpus": 0})
+    finally:
+        os.sched_setaffinity(0, saved)
+
+    async def go():
+        await asyncio.gather(ex._call("k1", ("evaluate", "first"), large=True),
+                             ex._call("k2", ("evaluate", "second"), large=True))
+    try:
+        asyncio.run(go())
+        assert [s for s, _ in seen] == ["first", "second"]  # one large job at a time on the device
+        assert seen[0][1] == 0.0 and seen[1][1] == pytest.approx(0.6)  # the second found the first's memory kept
+        assert ex._lane_ledgers["cuda:0"].reserve() == 0.0  # none followed the second: ended
+    finally:
+        asyncio.run(ex.close())
