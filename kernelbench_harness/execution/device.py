@@ -207,7 +207,8 @@ class EvalJob:
         build_timeout_s: wall-clock limit for importing the candidate (compiling its extensions).
         large: scheduling only: one of the run's large problems (:data:`..schedule.LANE_BYTES`), which
             the local executor runs one per GPU at a time, ahead of the others (see
-            :class:`..executors.base.AffinityQueue`). Changes nothing in the evaluation.
+            :class:`..executors.base.AffinityQueue`), and whose memory the ledger keeps for the next one (the
+            lane's reserve, :mod:`.execution.memledger`). Changes nothing in what is measured or judged.
     """
 
     problem: Problem
@@ -1402,6 +1403,9 @@ class DeviceEvaluator:
                     # setting up, staging, judging): the memory may have been theirs. Once more with the whole
                     # device claimed, so an oom verdict is the candidate's own and the harness's is rare
                     first = res
+                    if self.memory_ledger is not None:
+                        # a re-run with the whole device claimed is not the lane's: what it gives back is not kept
+                        self.memory_ledger.lane = False
                     self._give_memory_back()
                     self._alone, self._alone_fell = True, False
                     _device_peak(self.device, reset=True)

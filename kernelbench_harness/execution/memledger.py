@@ -42,8 +42,9 @@ of each large job's 18.0 s). A large job's handle is marked (:attr:`MemoryLedger
 kept as the lane's reserve, which the other slots' jobs see as held and the next large job's claims draw from
 first. The reserve goes when a large job is granted its plan's claim (what it needs), when
 :data:`LANE_HOLD_S` pass without a large job claiming it, when the executor finds no large job left to run on the
-device (:meth:`MemoryLedger.end_lane`), and at once where another slot's job waits for more than the device leaves beside it
-(a re-run with the whole device claimed: it must not wait for the lane to end).
+device (:meth:`MemoryLedger.end_lane`), and as soon as another slot's job asks for more than the device leaves beside it
+(a re-run with the whole device claimed: it must not wait for the lane to end). A large job's re-run with the whole
+device claimed is not the lane's: its claim is not kept.
 
 The shared state is two lock-free arrays per device, and a file lock (``flock``: the kernel releases it
 when a holder dies) held for a few reads and writes. A slot that dies with a claim has it cleared by the
@@ -71,8 +72,9 @@ ENV = "KBENCH_MEMORY_LEDGER"
 #: ProblemContext.REF_BUDGET_CUDA_FRACTION
 UTIL = 0.70
 
-#: the longest the lane's reserve is kept for a large job that has not claimed it (seconds): the executor
-#: ends it sooner when no large job is left (:meth:`MemoryLedger.end_lane`); this bounds it if a job never claims
+#: the longest the lane's reserve is kept (seconds) from when it was last set: for a large job that has not
+#: claimed it, or for the plan's claim of one whose set-up took longer (its claim then goes through the turnstile
+#: as before the reserve). The executor ends it sooner when no large job is left (:meth:`MemoryLedger.end_lane`)
 LANE_HOLD_S = 20.0
 
 # the entries of the ``pending`` array (new_state): the waiting slot and its claim; the lane's reserve and the
@@ -299,17 +301,21 @@ class MemoryLedger:
         reserve stays reserved; without it (the plan's claim: what the job needs) the rest goes."""
         def attempt() -> float | None:
             waiting, w_claim = self._waiting()
+            if not self.lane and waiting in (-1, self.index) and min(options) > self.CAPACITY - self.reserve() + 1e-9:
+                # this job (waiting, or about to) could never start beside the reserve (a re-run with the whole
+                # device claimed): the reserve goes, and the turnstile holds the next large job back for it
+                self._set_reserve(0.0)
             reserve = self.reserve() if self.lane else 0.0
             free = self.CAPACITY - self.others() - reserve  # (the reserve, the lane's own, is in neither)
             if waiting not in (-1, self.index):
                 free -= w_claim
-            held = float(self.claims[self.index]) + reserve
+            held = float(self.claims[self.index]) + reserve  # (all of it the lane's, where this job is one)
             for c in options:
                 # no more than this slot holds already: granted whoever waits (it takes no room from them)
                 if free + reserve + 1e-9 >= c or c <= held + 1e-9:
                     self.claims[self.index] = c
                     if reserve > 0.0:
-                        self._set_reserve(reserve - c if keep_reserve else 0.0)
+                        self._set_reserve(held - c if keep_reserve else 0.0)
                     if waiting == self.index:
                         self._set_waiting(-1, 0.0)
                     return c
@@ -376,16 +382,26 @@ class MemoryLedger:
                 self._set_waiting(-1, 0.0)
                 waiting = -1
             if self.lane and len(self.pending) > _UNTIL:
-                keep = self.reserve() + c
+                # at most what the other slots leave (a claim taken after its wait ran out may overcommit)
+                keep = min(self.reserve() + c, self.CAPACITY - self.others())
                 if waiting != -1 and w_claim > self.CAPACITY - keep + 1e-9:
                     keep = 0.0  # that job could never start beside the lane (a re-run with the whole device)
-                self._set_reserve(min(keep, self.CAPACITY))
+                self._set_reserve(keep)
         self._locked(give_back)
 
     def end_lane(self) -> None:
         """End the lane's reserve (the executor, on a handle of index -1: no large job is left to run on the
-        device)."""
-        self._locked(lambda: self._set_reserve(0.0))
+        device). Waits at most :attr:`END_LANE_LOCK_WAIT_S` for the ledger's lock (a write of one number
+        without it: nobody else writes the reserve while no large job runs)."""
+        got = self.lock.acquire(timeout=self.END_LANE_LOCK_WAIT_S)
+        try:
+            self._set_reserve(0.0)
+        finally:
+            if got:
+                self.lock.release()
+
+    #: how long :meth:`end_lane` (on the executor's event loop) waits for the ledger's lock
+    END_LANE_LOCK_WAIT_S = 0.2
 
 
 def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, fixed_plan: Plan, *,

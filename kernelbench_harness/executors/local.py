@@ -493,10 +493,11 @@ class LocalExecutor(Executor):
         """After a large job on ``device``: where the queue handed no other large job a slot there, the
         memory ledger's lane reserve goes back to the other slots (see execution/memledger.py)."""
         led = getattr(self, "_lane_ledgers", {}).get(device)
-        if led is not None and not self._free.large_running(device):
+        # (not once the executor has closed and removed the lock files: the handle would make them again)
+        if led is not None and not self._free.large_running(device) and os.path.exists(led.lock.path):
             try:
                 led.end_lane()
-            except OSError as e:  # the lock file is gone: the reserve lapses on its own (LANE_HOLD_S)
+            except OSError as e:  # the reserve lapses on its own (memledger.LANE_HOLD_S)
                 log.warning("could not end the memory ledger's lane reserve on %s: %s", device, e)
 
     async def evaluate(self, job: EvalJob) -> EvalResult:

@@ -835,51 +835,53 @@ def test_a_large_jobs_memory_is_kept_for_the_next_large_job_and_not_for_small_on
     a.release()
     a.lane = False  # (slot 0's next job is a small one)
     assert a.claims[0] == 0.0 and b.reserve() == pytest.approx(0.7)
-    assert b.try_claim([0.4]) is None  # a small job sees the reserve as held
-    assert int(b.pending[0]) == 1
-    b.release()  # (gives up its wait)
-    assert b.try_claim([0.3]) == pytest.approx(0.3)
+    assert b.try_claim([0.1]) == pytest.approx(0.1)
+    assert a.try_claim([0.25]) is None  # a small job sees the reserve as held (it fits beside it: kept)
+    assert int(a.pending[0]) == 0 and a.reserve() == pytest.approx(0.7)
+    a.release()  # (gives up its wait)
+    assert a.try_claim([0.2]) == pytest.approx(0.2)
     c.lane = True  # the next large job, in another slot
     assert c.others() == pytest.approx(0.3)
     assert c.try_claim([0.2], keep_reserve=True) == pytest.approx(0.2)  # its set-up's claim
-    assert c.reserve() == pytest.approx(0.5) and b.others() == pytest.approx(0.7)
+    assert c.reserve() == pytest.approx(0.5) and b.others() == pytest.approx(0.9)
     c.release()  # before its plan's claim: back into the reserve
     assert c.reserve() == pytest.approx(0.7)
     assert c.try_claim([0.6]) == pytest.approx(0.6)  # the plan's: granted at once, the rest no longer reserved
-    assert c.reserve() == 0.0 and b.others() == pytest.approx(0.6)
-    assert a.try_claim([0.1]) == pytest.approx(0.1)  # (a small job in slot 0 now)
-    # the whole of it: the large job may take up to what the small ones leave
+    assert c.reserve() == 0.0 and b.others() == pytest.approx(0.8)
+    assert b.try_claim([0.2]) == pytest.approx(0.2)  # (b's next small job, a larger one)
     c.release()
     c.lane = False
     assert c.reserve() == pytest.approx(0.6)
-    assert a.try_claim([0.2]) is None
+    assert b.try_claim([0.25]) is None
 
 
 def test_the_lanes_reserve_lapses_ends_and_gives_way_to_a_job_that_needs_the_whole_device(tmp_path, monkeypatch):
     from kernelbench_harness.execution import memledger
 
-    a, b = _ledgers(2, tmp_path)
+    a, b, small = _ledgers(3, tmp_path)
+    small.try_claim([0.1])  # a small job runs throughout
     a.lane = True
     a.try_claim([0.8])
     a.release()
-    assert b.try_claim([0.5]) is None and int(b.pending[0]) == 1
+    assert b.try_claim([0.15]) is None and int(b.pending[0]) == 1  # fits beside the reserve: it waits
     b.release()
     # the executor: no large job left on the device
     MemoryLedger(a.claims, a.pending, a.lock.path, -1).end_lane()
-    assert b.reserve() == 0.0 and b.try_claim([0.5]) == pytest.approx(0.5)
+    assert b.reserve() == 0.0 and b.try_claim([0.15]) == pytest.approx(0.15)
     b.release()
     # a reserve nobody claims lapses
     monkeypatch.setattr(memledger, "LANE_HOLD_S", 0.2)
     a.try_claim([0.8])
     a.release()
-    assert b.try_claim([0.5]) is None
+    assert b.try_claim([0.15]) is None
     b.release()
     time.sleep(0.25)
-    assert b.reserve() == 0.0 and b.try_claim([0.5]) == pytest.approx(0.5)
+    assert b.reserve() == 0.0 and b.try_claim([0.15]) == pytest.approx(0.15)
     b.release()
     # a job waiting for more than the device leaves beside the reserve (a re-run with the whole device
     # claimed) does not wait for the lane to end: the reserve is not kept
     monkeypatch.setattr(memledger, "LANE_HOLD_S", 20.0)
+    small.release()
     a.try_claim([0.8])
     assert b.try_claim([1.0]) is None and int(b.pending[0]) == 1
     a.release()
@@ -927,8 +929,7 @@ def test_a_large_jobs_evaluation_leaves_its_claim_to_the_lane(monkeypatch, tmp_p
     res = devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=True))
     assert res.outcome is Outcome.CORRECT and marks == [True] and b.lane is False
     assert b.claims[1] == 0.0 and a.reserve() == pytest.approx(need.high_claim)
-    assert a.try_claim([1.0 - need.high_claim + 0.01]) is None
-    a.release()
+    assert a.others() == pytest.approx(need.high_claim)  # the other slot sees it as held
     MemoryLedger(a.claims, a.pending, a.lock.path, -1).end_lane()  # (the executor: no large job follows)
     devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=False))  # another job's claim is not kept
     assert marks == [True, False] and b.lane is False
@@ -982,3 +983,65 @@ def test_the_executor_ends_the_lanes_reserve_when_no_large_job_follows(monkeypat
         assert ex._lane_ledgers["cuda:0"].reserve() == 0.0  # none followed the second: ended
     finally:
         asyncio.run(ex.close())
+
+
+def test_a_job_asking_for_more_than_the_reserve_leaves_ends_it_whenever_it_asks(tmp_path):
+    """Review of 1e936e1: the reserve was dropped only when a large job gave a claim back, so a re-run with the
+    whole device that asked while the reserve sat idle waited for the lane to end."""
+    a, b, c = _ledgers(3, tmp_path)
+    a.lane = True
+    a.try_claim([0.7])
+    a.release()
+    assert b.reserve() == pytest.approx(0.7)
+    assert b.try_claim([0.2]) == pytest.approx(0.2)  # fits beside it: the reserve stays
+    assert c.try_claim([0.9]) is None  # could never start beside it: it goes, and c waits for b's claim
+    assert c.reserve() == 0.0 and int(c.pending[0]) == 2
+    a.lane = True  # the next large job is held back by the turnstile for c
+    assert a.try_claim([0.7], keep_reserve=True) is None
+    b.release()
+    assert c.try_claim([0.9]) == pytest.approx(0.9)
+
+
+def test_what_a_set_up_claim_keeps_counts_what_the_slot_held_and_a_reserve_never_overcommits(tmp_path):
+    a, b = _ledgers(2, tmp_path)
+    a.lane = True
+    a.try_claim([0.4])
+    a.release()  # reserve 0.4
+    a.try_claim([0.3], keep_reserve=True)  # 0.3 held, 0.1 kept
+    assert a.claims[0] == pytest.approx(0.3) and a.reserve() == pytest.approx(0.1)
+    a.try_claim([0.35], keep_reserve=True)  # a larger claim in place of the first: the lane had 0.4 in all
+    assert a.claims[0] == pytest.approx(0.35) and a.reserve() == pytest.approx(0.05)
+    # another slot's claim taken whatever the others hold (its wait ran out): the reserve kept is what is left
+    b.claims[1] = 0.9
+    a.release()
+    assert a.reserve() == pytest.approx(0.1)
+
+
+def test_a_large_jobs_rerun_with_the_whole_device_is_not_kept_for_the_lane(monkeypatch, tmp_path):
+    import contextlib
+
+    from kernelbench_harness.core import EvalResult, Outcome
+    from kernelbench_harness.execution import device as devmod
+
+    _pretend_cuda(monkeypatch)
+    a, b = _ledgers(2, tmp_path)
+    slot = _slot(0.5, b)
+    slot._gpu_work = contextlib.nullcontext
+    slot._free_contexts = lambda: None
+    slot.CONTEXT_KEEP_MAX_BYTES = devmod.DeviceEvaluator.CONTEXT_KEEP_MAX_BYTES
+    slot._give_memory_back = lambda free_contexts=False: devmod.DeviceEvaluator._give_memory_back(slot, free_contexts)
+    ctx = _ctx(6.0, 6.0)
+    runs: list[tuple[bool, float]] = []
+
+    def evaluate(job):
+        if slot._alone:
+            devmod.DeviceEvaluator._claim_device_alone(slot, {})
+        devmod.DeviceEvaluator._plan_memory(slot, ctx, {})
+        runs.append((slot._alone, slot._job_claim))
+        if len(runs) == 1:
+            return EvalResult(Outcome.OOM, error="CUDA out of memory", extra={"memory_claim": slot._job_claim})
+        return EvalResult(Outcome.CORRECT, extra={"memory_claim": slot._job_claim})
+    slot._evaluate = evaluate
+    res = devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=True))
+    assert res.outcome is Outcome.CORRECT and runs[1] == (True, 1.0)
+    assert a.reserve() == 0.0 and a.try_claim([1.0]) == pytest.approx(1.0)
