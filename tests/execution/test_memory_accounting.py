@@ -469,3 +469,33 @@ def test_a_check_the_trusted_side_could_not_judge_is_recorded_not_silent():
     DeviceEvaluator._check_timed_output(slot, ctx, {"set": 0, "round": 3, "descs": []}, Path("."), findings, fresh)
     DeviceEvaluator._ablate(slot, h, ctx, Path("."), findings, lambda d, what: {"descs": [{}]}, 0.0, fresh)
     assert fresh == {"timed_output": "judged", "kernel_ablation": "judged"} and findings == []
+
+
+HUBER = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, p, t):\n"
+         "        return torch.nn.functional.smooth_l1_loss(p, t)\n"
+         "def get_inputs():\n    return [torch.rand(512, 1024), torch.rand(512, 1024)]\ndef get_init_inputs():\n    return []\n")
+
+
+def test_a_scalar_output_that_keeps_its_whole_elementwise_buffer_is_stored_on_its_own(tmp_path):
+    """KernelBench L1/96 (H200 session 17): smooth_l1_loss returns a 0-dim mean whose storage is the whole
+    elementwise buffer. Six stored references and their float64 twins held 72 GiB for a scalar output, which
+    the memory plan counted as 72 bytes; with the whole device claimed the candidate ran out of memory."""
+    import torch.nn.functional as F
+
+    raw = F.smooth_l1_loss(torch.rand(512, 1024), torch.rand(512, 1024))
+    assert raw.untyped_storage().nbytes() == 512 * 1024 * 4  # (what torch does: the reason for the copy)
+    ctx = ProblemContext(Problem(1, 9907, "Huber_test", HUBER), get_protocol("kbench"), 3, torch.device("cpu"),
+                         tmp_path)
+    assert ctx.out_nbytes == 4 and ctx.refs64 is not None
+    for ref in ctx.refs + ctx.refs64:
+        assert ref[0].dim() == 0 and ref[0].untyped_storage().nbytes() == ref[0].element_size()
+    p, t = ctx.set_values(2)
+    assert ctx.refs[2][0].item() == F.smooth_l1_loss(p, t).item()  # the same value
+    # outputs that are their storage, or views of a little more of it, are kept as they are (no copy)
+    x = torch.rand(256, 256)
+    assert device_mod._detach_outputs([x.t(), x[:200]])[0].data_ptr() == x.data_ptr()
+    assert device_mod._detach_outputs([x[:200]])[0].data_ptr() == x.data_ptr()
+    assert device_mod._detach_outputs([x[:1]])[0].data_ptr() == x.data_ptr()  # 255 KiB more: under the floor
+    big = torch.rand(1024, 1024)  # 4 MiB
+    row = device_mod._detach_outputs([big[:1]])[0]
+    assert row.data_ptr() != big.data_ptr() and torch.equal(row, big[:1]) and row.untyped_storage().nbytes() == 4096

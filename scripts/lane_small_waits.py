@@ -1,0 +1,85 @@
+"""Where large and small jobs of a sweep waited: memory, giving way to other slots' windows, their own window's lock.
+
+    python scripts/lane_small_waits.py --db results/sweep.db --run sweep-cached-all-6u [--since T] [--until T] [--timeline]
+
+A job is counted "large" when its memory claim (``extra["memory_claim"]``, a fraction of the device) is over
+``--large-claim`` (0.3): the lane's jobs and mid-size ones beside them. Per class: jobs, the mean seconds in the
+slot (``phase_s["total"]``), waiting for memory (``memory_wait``), giving way to other slots' timing windows
+(``yield_wait``) and waiting for the device's lock for its own windows (``host_lock_wait_s``); the span of the
+large jobs (first start to last end) over their number; the slot-seconds of both waits in all. Times are the
+stores' (UTC, ``YYYY-MM-DD HH:MM[:SS]``); ``--since``/``--until`` pick one call of a run resumed over several.
+``--timeline``: each large job's start and end (seconds from the first job's start), claim and waits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+from datetime import datetime
+
+
+def load(db: str, run: str, since: str | None, until: str | None) -> list[tuple]:
+    con = sqlite3.connect(db)
+    rows = con.execute(
+        "select s.level, s.problem_id, r.phase_s, r.extra, r.created_at from results r "
+        "join attempts a on r.attempt_pk = a.id join samples s on a.sample_pk = s.id "
+        "join runs ru on s.run_id = ru.id where ru.run_name = ? order by r.created_at", (run,)).fetchall()
+    out = []
+    for level, pid, phase, extra, ts in rows:
+        if (since and ts < since) or (until and ts > until):
+            continue
+        out.append((level, pid, json.loads(phase), json.loads(extra), datetime.fromisoformat(ts).timestamp()))
+    return out
+
+
+def summary(label: str, rows: list[tuple], large_claim: float) -> str:
+    if not rows:
+        return f"{label}: no results"
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else 0.0
+
+    large = [r for r in rows if (r[3].get("memory_claim") or 0) > large_claim]
+    small = [r for r in rows if (r[3].get("memory_claim") or 0) <= large_claim]
+    t0 = min(r[4] - r[2]["total"] for r in rows)
+    t1 = max(r[4] for r in rows)
+    lines = [f"{label}: results {len(rows)} span {t1 - t0:.1f} s"]
+    if large:
+        ls, le = min(r[4] - r[2]["total"] for r in large), max(r[4] for r in large)
+        lines[0] += f"; large jobs {len(large)} (claim>{large_claim}) span {le - ls:.1f} s = {(le - ls) / len(large):.2f} s each"
+    for name, group in (("large", large), ("small", small)):
+        own = [sum(w.get("host_lock_wait_s", 0) for w in r[3].get("timing_windows", [])) for r in group]
+        lines.append(f"   {name:5s} n={len(group):3d} total {mean([r[2]['total'] for r in group]):5.2f} "
+                     f"memory_wait {mean([r[2].get('memory_wait', 0) for r in group]):5.2f} "
+                     f"yield_wait {mean([r[2].get('yield_wait', 0) for r in group]):5.2f} own-window lock wait {mean(own):5.2f}")
+    lines.append(f"   slot-seconds waiting for memory: {sum(r[2].get('memory_wait', 0) for r in rows):.0f}, "
+                 f"giving way: {sum(r[2].get('yield_wait', 0) for r in rows):.0f}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--since", default=None)
+    ap.add_argument("--until", default=None)
+    ap.add_argument("--label", default=None)
+    ap.add_argument("--large-claim", type=float, default=0.3)
+    ap.add_argument("--timeline", action="store_true")
+    a = ap.parse_args()
+    rows = load(a.db, a.run, a.since, a.until)
+    print(summary(a.label or a.run, rows, a.large_claim))
+    if a.timeline and rows:
+        t0 = min(r[4] - r[2]["total"] for r in rows)
+        for level, pid, phase, extra, end in rows:
+            claim = extra.get("memory_claim") or 0
+            if claim > a.large_claim:
+                print(f"   {end - phase['total'] - t0:7.1f} {end - t0:7.1f} L{level}/{pid:<3} claim {claim:.2f} "
+                      f"memory_wait {phase.get('memory_wait', 0):5.1f} yield_wait {phase.get('yield_wait', 0):5.1f} "
+                      f"total {phase['total']:5.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
