@@ -388,6 +388,27 @@ def test_a_cuda_window_takes_the_host_lock_but_not_the_runs_multiprocessing_lock
     assert taken == ["run", "run released"]
 
 
+def _oom_then_correct(slot, ctx, claim_alone: bool = False) -> list[tuple[bool, float]]:
+    """Set ``slot._evaluate`` to plan ``ctx``'s memory (after claiming the whole device in a re-run alone, with
+    ``claim_alone``) and report ``oom`` the first time, ``correct`` after; returns the list it appends each run's
+    ``(alone, claim)`` to."""
+    from kernelbench_harness.core import EvalResult, Outcome
+    from kernelbench_harness.execution import device as devmod
+
+    seen: list[tuple[bool, float]] = []
+
+    def evaluate(job):
+        if claim_alone and slot._alone:
+            devmod.DeviceEvaluator._claim_device_alone(slot, {})
+        devmod.DeviceEvaluator._plan_memory(slot, ctx, {})
+        seen.append((slot._alone, slot._job_claim))
+        if len(seen) == 1:
+            return EvalResult(Outcome.OOM, error="CUDA out of memory", extra={"memory_claim": slot._job_claim})
+        return EvalResult(Outcome.CORRECT, extra={"memory_claim": slot._job_claim})
+    slot._evaluate = evaluate
+    return seen
+
+
 def test_an_oom_beside_other_slots_is_evaluated_again_with_the_whole_device(monkeypatch, tmp_path):
     """A candidate that ran out of device memory while other slots' jobs held some is evaluated once more
     claiming the whole device; its verdict is that run's, with the first one kept in ``extra``."""
@@ -406,15 +427,7 @@ def test_an_oom_beside_other_slots_is_evaluated_again_with_the_whole_device(monk
     slot._gpu_work = contextlib.nullcontext
     slot._give_memory_back = lambda free_contexts=False: devmod.DeviceEvaluator._give_memory_back(slot, free_contexts)
     ctx = _ctx(0.5, 0.5)
-    seen: list[tuple[bool, float]] = []
-
-    def evaluate(job):
-        devmod.DeviceEvaluator._plan_memory(slot, ctx, {})
-        seen.append((slot._alone, slot._job_claim))
-        if len(seen) == 1:
-            return EvalResult(Outcome.OOM, error="CUDA out of memory", extra={"memory_claim": slot._job_claim})
-        return EvalResult(Outcome.CORRECT, extra={"memory_claim": slot._job_claim})
-    slot._evaluate = evaluate
+    seen = _oom_then_correct(slot, ctx)
     gave_back: list[bool] = []
     slot._give_memory_back = lambda free_contexts=False: (
         gave_back.append(free_contexts), devmod.DeviceEvaluator._give_memory_back(slot, free_contexts))
@@ -900,14 +913,11 @@ def test_the_lanes_reserve_lapses_ends_and_gives_way_to_a_job_that_needs_the_who
     assert waiter.try_claim([0.2]) == pytest.approx(0.2)
 
 
-def test_a_large_jobs_evaluation_leaves_its_claim_to_the_lane(monkeypatch, tmp_path):
-    """DeviceEvaluator.evaluate marks the slot's ledger handle for a large job (EvalJob.large) only: its claims
-    are given back into the lane's reserve at the end, and the mark is cleared."""
+def _job_slot(monkeypatch, tmp_path):
+    """Two ledgers on a pretend H200 and a slot on the second whose evaluate() runs as DeviceEvaluator's (the
+    test sets ``slot._evaluate``): ``(other ledger, slot's ledger, slot)``."""
     import contextlib
 
-    import torch
-
-    from kernelbench_harness.core import EvalResult, Outcome
     from kernelbench_harness.execution import device as devmod
 
     _pretend_cuda(monkeypatch)
@@ -917,6 +927,18 @@ def test_a_large_jobs_evaluation_leaves_its_claim_to_the_lane(monkeypatch, tmp_p
     slot._free_contexts = lambda: None
     slot.CONTEXT_KEEP_MAX_BYTES = devmod.DeviceEvaluator.CONTEXT_KEEP_MAX_BYTES
     slot._give_memory_back = lambda free_contexts=False: devmod.DeviceEvaluator._give_memory_back(slot, free_contexts)
+    return a, b, slot
+
+
+def test_a_large_jobs_evaluation_leaves_its_claim_to_the_lane(monkeypatch, tmp_path):
+    """DeviceEvaluator.evaluate marks the slot's ledger handle for a large job (EvalJob.large) only: its claims
+    are given back into the lane's reserve at the end, and the mark is cleared."""
+    import torch
+
+    from kernelbench_harness.core import EvalResult, Outcome
+    from kernelbench_harness.execution import device as devmod
+
+    a, b, slot = _job_slot(monkeypatch, tmp_path)
     ctx = _ctx(6.0, 6.0)
     marks: list[bool] = []
 
@@ -1018,30 +1040,12 @@ def test_what_a_set_up_claim_keeps_counts_what_the_slot_held_and_a_reserve_never
 
 
 def test_a_large_jobs_rerun_with_the_whole_device_is_not_kept_for_the_lane(monkeypatch, tmp_path):
-    import contextlib
-
-    from kernelbench_harness.core import EvalResult, Outcome
+    from kernelbench_harness.core import Outcome
     from kernelbench_harness.execution import device as devmod
 
-    _pretend_cuda(monkeypatch)
-    a, b = _ledgers(2, tmp_path)
-    slot = _slot(0.5, b)
-    slot._gpu_work = contextlib.nullcontext
-    slot._free_contexts = lambda: None
-    slot.CONTEXT_KEEP_MAX_BYTES = devmod.DeviceEvaluator.CONTEXT_KEEP_MAX_BYTES
-    slot._give_memory_back = lambda free_contexts=False: devmod.DeviceEvaluator._give_memory_back(slot, free_contexts)
+    a, b, slot = _job_slot(monkeypatch, tmp_path)
     ctx = _ctx(6.0, 6.0)
-    runs: list[tuple[bool, float]] = []
-
-    def evaluate(job):
-        if slot._alone:
-            devmod.DeviceEvaluator._claim_device_alone(slot, {})
-        devmod.DeviceEvaluator._plan_memory(slot, ctx, {})
-        runs.append((slot._alone, slot._job_claim))
-        if len(runs) == 1:
-            return EvalResult(Outcome.OOM, error="CUDA out of memory", extra={"memory_claim": slot._job_claim})
-        return EvalResult(Outcome.CORRECT, extra={"memory_claim": slot._job_claim})
-    slot._evaluate = evaluate
+    runs = _oom_then_correct(slot, ctx, claim_alone=True)
     res = devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=True))
     assert res.outcome is Outcome.CORRECT and runs[1] == (True, 1.0)
     assert a.reserve() == 0.0 and a.try_claim([1.0]) == pytest.approx(1.0)
