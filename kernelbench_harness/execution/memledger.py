@@ -42,9 +42,10 @@ of each large job's 18.0 s). A large job's handle is marked (:attr:`MemoryLedger
 kept as the lane's reserve, which the other slots' jobs see as held and the next large job's claims draw from
 first. The reserve goes when a large job is granted its plan's claim (what it needs), when
 :data:`LANE_HOLD_S` pass without a large job claiming it, when the executor finds no large job left to run on the
-device (:meth:`MemoryLedger.end_lane`), and as soon as another slot's job asks for more than the device leaves beside it
-(a re-run with the whole device claimed: it must not wait for the lane to end). A large job's re-run with the whole
-device claimed is not the lane's: its claim is not kept.
+device (:meth:`MemoryLedger.end_lane`), when a large job gives its claim back while another slot's job waits for more
+than the device leaves beside the reserve, as soon as another slot's job asks for the whole device (a re-run after
+running out of memory: it must not wait for the lane to end), and when a claim falls back after its wait ran out. A
+large job's re-run with the whole device claimed is not the lane's: its claim is not kept.
 
 The shared state is two lock-free arrays per device, and a file lock (``flock``: the kernel releases it
 when a holder dies) held for a few reads and writes. A slot that dies with a claim has it cleared by the
@@ -301,9 +302,11 @@ class MemoryLedger:
         reserve stays reserved; without it (the plan's claim: what the job needs) the rest goes."""
         def attempt() -> float | None:
             waiting, w_claim = self._waiting()
-            if not self.lane and waiting in (-1, self.index) and min(options) > self.CAPACITY - self.reserve() + 1e-9:
-                # this job (waiting, or about to) could never start beside the reserve (a re-run with the whole
-                # device claimed): the reserve goes, and the turnstile holds the next large job back for it
+            if not self.lane and min(options) >= self.CAPACITY - 1e-9 and self.reserve() > 0.0:
+                # a re-run with the whole device claimed: the reserve goes, and the turnstile holds the next large
+                # job back for it. (Smaller jobs wait beside the reserve: the next large job's plan claim lets
+                # what it does not need go, and one that can never fit beside it is let in when a large job gives
+                # its claim back, in release.)
                 self._set_reserve(0.0)
             reserve = self.reserve() if self.lane else 0.0
             free = self.CAPACITY - self.others() - reserve  # (the reserve, the lane's own, is in neither)
@@ -363,17 +366,17 @@ class MemoryLedger:
             if self._waiting()[0] == self.index:
                 self._set_waiting(-1, 0.0)
             self.claims[self.index] = fallback
-            if self.lane:
-                self._set_reserve(0.0)  # (the fallback is taken whatever the others hold; the reserve with it)
+            self._set_reserve(0.0)  # (the fallback is taken whatever the others hold: no reserve on top)
         self._locked(fall_back)
         log.warning("no room for a claim of %.2f of the device's memory within %.0f s (the other slots hold "
                     "%.2f); planning for the fixed share 1/%d", min(options), wait_s, self.others(), len(self.claims))
         return fallback, time.monotonic() - t0, True
 
-    def release(self) -> None:
-        """This slot's job is done, or gives its claim back before claiming again: its claim (and its wait, if
-        any) is given back. A lane job's (:attr:`lane`) is kept as the lane's reserve, added to what is left
-        of it, unless another slot's job waits for more than the device leaves beside the reserve."""
+    def release(self, between: bool = False) -> None:
+        """This slot's job is done, or gives its claim back before claiming again (``between``: a large job's
+        set-up claim before its plan's): its claim (and its wait, if any) is given back. A lane job's
+        (:attr:`lane`) is kept as the lane's reserve, added to what is left of it; at the end of a job, not
+        where another slot's job waits for more than the device leaves beside the reserve (it goes next)."""
         def give_back() -> None:
             c = float(self.claims[self.index])
             self.claims[self.index] = 0.0
@@ -384,7 +387,7 @@ class MemoryLedger:
             if self.lane and len(self.pending) > _UNTIL:
                 # at most what the other slots leave (a claim taken after its wait ran out may overcommit)
                 keep = min(self.reserve() + c, self.CAPACITY - self.others())
-                if waiting != -1 and w_claim > self.CAPACITY - keep + 1e-9:
+                if not between and waiting != -1 and w_claim > self.CAPACITY - keep + 1e-9:
                     keep = 0.0  # that job could never start beside the lane (a re-run with the whole device)
                 self._set_reserve(keep)
         self._locked(give_back)

@@ -857,7 +857,7 @@ def test_a_large_jobs_memory_is_kept_for_the_next_large_job_and_not_for_small_on
     assert c.others() == pytest.approx(0.3)
     assert c.try_claim([0.2], keep_reserve=True) == pytest.approx(0.2)  # its set-up's claim
     assert c.reserve() == pytest.approx(0.5) and b.others() == pytest.approx(0.9)
-    c.release()  # before its plan's claim: back into the reserve
+    c.release(between=True)  # before its plan's claim: back into the reserve
     assert c.reserve() == pytest.approx(0.7)
     assert c.try_claim([0.6]) == pytest.approx(0.6)  # the plan's: granted at once, the rest no longer reserved
     assert c.reserve() == 0.0 and b.others() == pytest.approx(0.8)
@@ -1007,21 +1007,33 @@ def test_the_executor_ends_the_lanes_reserve_when_no_large_job_follows(monkeypat
         asyncio.run(ex.close())
 
 
-def test_a_job_asking_for_more_than_the_reserve_leaves_ends_it_whenever_it_asks(tmp_path):
+def test_a_rerun_with_the_whole_device_ends_the_reserve_whenever_it_asks_and_a_mid_size_job_gets_in_next(tmp_path):
     """Review of 1e936e1: the reserve was dropped only when a large job gave a claim back, so a re-run with the
-    whole device that asked while the reserve sat idle waited for the lane to end."""
+    whole device that asked while the reserve sat idle waited for the lane to end. A job that only cannot fit
+    beside the reserve (a mid-size one) waits beside it, and gets in when the next large job gives back."""
     a, b, c = _ledgers(3, tmp_path)
     a.lane = True
     a.try_claim([0.7])
     a.release()
     assert b.reserve() == pytest.approx(0.7)
     assert b.try_claim([0.2]) == pytest.approx(0.2)  # fits beside it: the reserve stays
-    assert c.try_claim([0.9]) is None  # could never start beside it: it goes, and c waits for b's claim
+    assert c.try_claim([1.0]) is None  # the whole device: the reserve goes, and c waits for b's claim
     assert c.reserve() == 0.0 and int(c.pending[0]) == 2
-    a.lane = True  # the next large job is held back by the turnstile for c
-    assert a.try_claim([0.7], keep_reserve=True) is None
+    assert a.try_claim([0.7], keep_reserve=True) is None  # the next large job is held back by the turnstile for c
     b.release()
-    assert c.try_claim([0.9]) == pytest.approx(0.9)
+    assert c.try_claim([1.0]) == pytest.approx(1.0)
+    c.release()
+    # a mid-size job: it waits beside the reserve, the next large job goes on, and it is let in after that one
+    a.try_claim([0.7])
+    a.release()
+    assert b.try_claim([0.5]) is None and int(b.pending[0]) == 1 and b.reserve() == pytest.approx(0.7)
+    assert a.try_claim([0.3], keep_reserve=True) == pytest.approx(0.3)  # the next large job's set-up
+    a.release(between=True)  # given back before its plan's claim: kept, whoever waits
+    assert a.reserve() == pytest.approx(0.7)
+    assert a.try_claim([0.6]) == pytest.approx(0.6)  # its plan's claim: within what the lane held
+    assert a.reserve() == 0.0 and b.try_claim([0.5]) is None  # 0.6 and 0.5 do not fit together
+    a.release()  # it gives back while b waits for more than the device leaves beside it: not kept
+    assert a.reserve() == 0.0 and b.try_claim([0.5]) == pytest.approx(0.5)
 
 
 def test_what_a_set_up_claim_keeps_counts_what_the_slot_held_and_a_reserve_never_overcommits(tmp_path):

@@ -492,10 +492,15 @@ def test_a_scalar_output_that_keeps_its_whole_elementwise_buffer_is_stored_on_it
     p, t = ctx.set_values(2)
     assert ctx.refs[2][0].item() == F.smooth_l1_loss(p, t).item()  # the same value
     # outputs that are their storage, or views of a little more of it, are kept as they are (no copy)
-    x = torch.rand(256, 256)
-    assert device_mod._detach_outputs([x.t(), x[:200]])[0].data_ptr() == x.data_ptr()
-    assert device_mod._detach_outputs([x[:200]])[0].data_ptr() == x.data_ptr()
+    x = torch.rand(256, 256)  # 256 KiB
+    assert device_mod._detach_outputs([x.t()])[0].data_ptr() == x.data_ptr()
     assert device_mod._detach_outputs([x[:1]])[0].data_ptr() == x.data_ptr()  # 255 KiB more: under the floor
     big = torch.rand(1024, 1024)  # 4 MiB
     row = device_mod._detach_outputs([big[:1]])[0]
     assert row.data_ptr() != big.data_ptr() and torch.equal(row, big[:1]) and row.untyped_storage().nbytes() == 4096
+    part = device_mod._detach_outputs([big[:600]])[0]  # 60% of its storage: 1.6 MiB more
+    assert part.data_ptr() != big.data_ptr() and torch.equal(part, big[:600])
+    # the pieces of one buffer that together are all of it keep it as it is
+    a, b = torch.chunk(big, 2)
+    pieces = device_mod._detach_outputs((a, b))
+    assert pieces[0].data_ptr() == big.data_ptr() and pieces[1].data_ptr() == b.data_ptr()
