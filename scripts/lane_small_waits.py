@@ -9,6 +9,9 @@ slot (``phase_s["total"]``), waiting for memory (``memory_wait``), giving way to
 large jobs (first start to last end) over their number; the slot-seconds of both waits in all. Times are the
 stores' (UTC, ``YYYY-MM-DD HH:MM[:SS]``); ``--since``/``--until`` pick one call of a run resumed over several.
 ``--timeline``: each large job's start and end (seconds from the first job's start), claim and waits.
+``--peaks``: each large job's claim in GiB beside the trusted process's allocator peak
+(``trusted_device_peak_bytes``: PyTorch's reserved high-water mark, which leaves out the shared buffers the driver
+allocates directly) and the candidate process's (``candidate_device_peak_bytes``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
+import sys
 from datetime import datetime
+from pathlib import Path
+
+#: an H200's device memory (bytes), for records without the device's total
+H200_BYTES = 150_109_880_320
+GIB = 1 << 30
 
 
 def load(db: str, run: str, since: str | None, until: str | None) -> list[tuple]:
@@ -67,6 +76,7 @@ def main() -> int:
     ap.add_argument("--label", default=None)
     ap.add_argument("--large-claim", type=float, default=0.3)
     ap.add_argument("--timeline", action="store_true")
+    ap.add_argument("--peaks", action="store_true")
     a = ap.parse_args()
     rows = load(a.db, a.run, a.since, a.until)
     print(summary(a.label or a.run, rows, a.large_claim))
@@ -78,6 +88,18 @@ def main() -> int:
                 print(f"   {end - phase['total'] - t0:7.1f} {end - t0:7.1f} L{level}/{pid:<3} claim {claim:.2f} "
                       f"memory_wait {phase.get('memory_wait', 0):5.1f} yield_wait {phase.get('yield_wait', 0):5.1f} "
                       f"total {phase['total']:5.1f}")
+    if a.peaks:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from kernelbench_harness.execution.memledger import UTIL
+
+        print("   job      claim GiB  trusted peak  candidate peak  (allocator peaks, GiB; exchange, timing sets)")
+        for level, pid, _phase, extra, _end in rows:
+            claim = extra.get("memory_claim") or 0
+            if claim > a.large_claim and extra.get("trusted_device_peak_bytes"):
+                total = (extra.get("trusted_memory") or {}).get("device_total_bytes") or H200_BYTES
+                print(f"   L{level}/{pid:<4} {claim * UTIL * total / GIB:9.1f} {extra['trusted_device_peak_bytes'] / GIB:13.1f} "
+                      f"{(extra.get('candidate_device_peak_bytes') or 0) / GIB:15.1f}  "
+                      f"{extra.get('input_exchange')}, {extra.get('timing_sets')}")
     return 0
 
 
