@@ -10,6 +10,7 @@ loses at most the candidates in flight, and ``resume=True`` continues where it s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -688,10 +689,10 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         slots = len(executor.slots)
         limit = cfg.concurrency or max(4, min(getattr(ad, "max_concurrency", 8), 64) + 2 * slots +
                                        (pool.workers if pool else 0))
-        sem = asyncio.Semaphore(limit)
+        gate = SampleGate(limit, lane)
 
         async def one(spec: SampleSpec, start_turn: int) -> None:
-            async with sem:
+            async with gate(spec.problem.key):
                 history: list[TurnRecord] = []
                 if start_turn:
                     for a in store.attempts_for_sample(run_name, spec.problem.level, spec.problem.problem_id,
@@ -756,6 +757,42 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 await executor.close()
             finally:
                 store.close()
+
+
+class SampleGate:
+    """The places a run's samples take in flight (generation, build, evaluation): at most ``limit`` at once, and
+    of them at most :attr:`lane_limit` of the large problems (``lane``: keys of problems run one per GPU at a
+    time, ``EvalJob.large``). A large problem's samples wait for the GPU one by one; without their own cap, many
+    samples of one (``--samples`` at or above ``limit``) took every place while they waited, and the other
+    slots sat idle. A lane sample takes its lane place first, then a common one, so it never holds a common
+    place while it waits for a lane place.
+
+    Usage: ``async with gate(problem_key): ...``.
+
+    Raises:
+        ValueError: ``limit`` is below 1.
+    """
+
+    def __init__(self, limit: int, lane: set[str] | frozenset[str] = frozenset()) -> None:
+        if limit < 1:
+            raise ValueError(f"SampleGate: limit must be at least 1, not {limit}")
+        self.limit = limit
+        self.lane = frozenset(lane)
+        #: a quarter of the places (at least one): enough for the next large samples to be generated and built
+        #: while one is evaluated on each GPU
+        self.lane_limit = max(1, limit // 4)
+        self._common = asyncio.Semaphore(limit)
+        self._lane = asyncio.Semaphore(self.lane_limit)
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, key: str) -> Any:
+        if key in self.lane:
+            async with self._lane:
+                async with self._common:
+                    yield
+        else:
+            async with self._common:
+                yield
 
 
 #: ``(run_name, db)`` of runs this process left ``interrupted`` (Ctrl-C, a budget's SIGINT): the CLI says

@@ -172,3 +172,44 @@ def test_runs_size_early_only_where_slots_share_a_gpu():
 
     assert _start_sizing(RunConfig(gpus="cpu"), []) is None
     assert _start_sizing(RunConfig(executor="ray"), []) is None
+
+
+def test_a_large_problems_samples_hold_at_most_a_quarter_of_the_places():
+    """Many samples of one large problem (run one per GPU at a time) took every place of the run's limit while
+    they waited for the GPU, and the other slots sat idle: they now hold at most a quarter."""
+    import asyncio
+
+    from kernelbench_harness.runner import SampleGate
+
+    gate = SampleGate(8, {"big"})
+    assert gate.lane_limit == 2 and SampleGate(2, {"big"}).lane_limit == 1
+    with pytest.raises(ValueError):
+        SampleGate(0)
+    inflight = {"big": 0, "small": 0}
+    peak = {"big": 0, "small": 0}
+    small_done: list[str] = []
+
+    async def go() -> None:
+        release = asyncio.Event()
+
+        async def sample(key: str) -> None:
+            kind = "big" if key == "big" else "small"
+            async with gate(key):
+                inflight[kind] += 1
+                peak[kind] = max(peak[kind], inflight[kind])
+                if kind == "big":
+                    await release.wait()  # waiting for the GPU's one large job at a time
+                else:
+                    await asyncio.sleep(0)
+                    small_done.append(key)
+                inflight[kind] -= 1
+
+        tasks = [asyncio.create_task(sample("big")) for _ in range(20)]  # queued first, as a problem's samples are
+        tasks += [asyncio.create_task(sample(f"small{i}")) for i in range(10)]
+        await asyncio.sleep(0.05)
+        assert peak["big"] == 2 and len(small_done) == 10  # the small problems' samples went on meanwhile
+        release.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(go())
+    assert peak["big"] == 2 and peak["small"] <= 8
