@@ -94,6 +94,7 @@ class Sizing:
         assert self._proc is not None
         try:  # past the limit (or a problem's process holding the pipes open): killed, no sizes
             out, _err = self._proc.communicate(timeout=timeout_s)
+            self._kill_group()  # what a problem started and left running (the child itself has exited)
             got = json.loads(out.strip().splitlines()[-1]) if self._proc.returncode == 0 and out.strip() else {}
         except subprocess.TimeoutExpired:
             self.stop()
@@ -103,6 +104,19 @@ class Sizing:
         self._got = {str(k): int(v) for k, v in got.items()
                      if str(k) in self.keys and isinstance(v, int)} if isinstance(got, dict) else {}
         return self._got
+
+    def _kill_group(self) -> None:
+        """SIGKILL to the child's process group (its own session: only what the child and the problems' code
+        started); nothing where the group is gone. (Pids are handed out in sequence: the exited child's is not
+        taken again in the instant before this.)"""
+        import os
+        import signal
+
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except OSError:  # (ProcessLookupError: nothing of the group is left)
+                pass
 
     def stop(self) -> None:
         """Kill the child and its process group (whatever a problem started) if it still runs; waits for

@@ -213,3 +213,28 @@ def test_a_large_problems_samples_hold_at_most_a_quarter_of_the_places():
 
     asyncio.run(go())
     assert peak["big"] == 2 and peak["small"] <= 8
+
+
+def test_a_process_a_problem_started_does_not_outlive_a_successful_sizing(tmp_path):
+    """A problem's code that starts a process of its own (closing the pipes, so sizing still succeeds): the
+    process is killed with the sizing child's process group once the sizes are read."""
+    pidfile = tmp_path / "pid"
+    spawns = ("import subprocess, sys\n"
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],\n"
+              "                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+              f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n" + ELEMENTWISE.replace("N", "8"))
+    assert problem_sizes({"spawns": spawns}) == {"spawns": 2 * 4096 * 8 * 4}
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":  # killed, not yet reaped by its parent (gone)
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the process a problem started outlived the sizing")
