@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol as TypingProtocol
+from typing import Any, AsyncIterator, Protocol as TypingProtocol
 
 from .adapters.base import ModelAdapter, SampleSpec
 from .core import Candidate, EvalResult, Outcome, Problem, TimingStats
@@ -689,7 +689,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         slots = len(executor.slots)
         limit = cfg.concurrency or max(4, min(getattr(ad, "max_concurrency", 8), 64) + 2 * slots +
                                        (pool.workers if pool else 0))
-        gate = SampleGate(limit, lane)
+        gate = SampleGate(limit, lane, lane_gpus=_shared_gpus(executor.slots or []))
 
         async def one(spec: SampleSpec, start_turn: int) -> None:
             async with gate(spec.problem.key):
@@ -762,10 +762,18 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 class SampleGate:
     """The places a run's samples take in flight (generation, build, evaluation): at most ``limit`` at once, and
     of them at most :attr:`lane_limit` of the large problems (``lane``: keys of problems run one per GPU at a
-    time, ``EvalJob.large``). A large problem's samples wait for the GPU one by one; without their own cap, many
-    samples of one (``--samples`` at or above ``limit``) took every place while they waited, and the other
-    slots sat idle. A lane sample takes its lane place first, then a common one, so it never holds a common
-    place while it waits for a lane place.
+    time, ``EvalJob.large``). Places go to waiting samples in the order they asked (the run's order, with its
+    large problems spread among the small ones), a large one passed over while the large ones hold their share.
+
+    A large problem's samples wait for the GPU one by one: without their own share, many samples of one
+    (``--samples`` at or above ``limit``) took every place while they waited, and the other slots sat idle.
+
+    Args:
+        limit: places in all (at least 1).
+        lane: the large problems' keys.
+        lane_gpus: GPUs whose slots share them (each runs one large job at a time): the large ones' share is a
+            quarter of ``limit``, at least two per such GPU (one evaluated, the next generated and built), at
+            most ``limit``.
 
     Usage: ``async with gate(problem_key): ...``.
 
@@ -773,31 +781,64 @@ class SampleGate:
         ValueError: ``limit`` is below 1.
     """
 
-    def __init__(self, limit: int, lane: set[str] | frozenset[str] = frozenset()) -> None:
+    def __init__(self, limit: int, lane: set[str] | frozenset[str] = frozenset(), lane_gpus: int = 1) -> None:
         if limit < 1:
             raise ValueError(f"SampleGate: limit must be at least 1, not {limit}")
         self.limit = limit
         self.lane = frozenset(lane)
-        #: a quarter of the places (at least one): enough for the next large samples to be generated and built
-        #: while one is evaluated on each GPU
-        self.lane_limit = max(1, limit // 4)
-        self._common = asyncio.Semaphore(limit)
-        self._lane = asyncio.Semaphore(self.lane_limit)
+        self.lane_limit = min(limit, max(1, limit // 4, 2 * max(0, lane_gpus)))
+        self._in = 0
+        self._lane_in = 0
+        self._waiters: list[tuple[asyncio.Future[None], bool]] = []  # in the order they asked
+
+    def _dispatch(self) -> None:
+        self._waiters = [w for w in self._waiters if not w[0].done()]  # (cancelled while waiting)
+        i = 0
+        while i < len(self._waiters) and self._in < self.limit:
+            fut, large = self._waiters[i]
+            if large and self._lane_in >= self.lane_limit:
+                i += 1  # passed over: the small ones behind it go on
+                continue
+            self._waiters.pop(i)
+            self._in += 1
+            self._lane_in += large
+            fut.set_result(None)
+
+    def _leave(self, large: bool) -> None:
+        self._in -= 1
+        self._lane_in -= large
+        self._dispatch()
 
     @contextlib.asynccontextmanager
-    async def __call__(self, key: str) -> Any:
-        if key in self.lane:
-            async with self._lane:
-                async with self._common:
-                    yield
-        else:
-            async with self._common:
-                yield
+    async def __call__(self, key: str) -> AsyncIterator[None]:
+        large = key in self.lane
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((fut, large))
+        self._dispatch()
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # handed a place just as it was cancelled
+                self._leave(large)
+            else:
+                fut.cancel()
+                self._dispatch()
+            raise
+        try:
+            yield
+        finally:
+            self._leave(large)
 
 
 #: ``(run_name, db)`` of runs this process left ``interrupted`` (Ctrl-C, a budget's SIGINT): the CLI says
 #: how to continue them
 INTERRUPTED: list[tuple[str, str | None]] = []
+
+
+def _shared_gpus(slots: list[dict[str, Any]]) -> int:
+    """How many CUDA devices carry two or more of the local executor's slots (see :func:`_slots_share_a_gpu`)."""
+    gpus = [d for d in (str(sl.get("device", "")) for sl in slots) if d.startswith("cuda")]
+    return sum(1 for d in set(gpus) if gpus.count(d) > 1)
 
 
 def _slots_share_a_gpu(slots: list[dict[str, Any]]) -> bool:

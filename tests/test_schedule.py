@@ -182,7 +182,8 @@ def test_a_large_problems_samples_hold_at_most_a_quarter_of_the_places():
     from kernelbench_harness.runner import SampleGate
 
     gate = SampleGate(8, {"big"})
-    assert gate.lane_limit == 2 and SampleGate(2, {"big"}).lane_limit == 1
+    assert gate.lane_limit == 2 and SampleGate(2, {"big"}).lane_limit == 2 and SampleGate(40, {"b"}, 4).lane_limit == 10
+    assert SampleGate(8, {"b"}, lane_gpus=8).lane_limit == 8
     with pytest.raises(ValueError):
         SampleGate(0)
     inflight = {"big": 0, "small": 0}
@@ -238,3 +239,45 @@ def test_a_process_a_problem_started_does_not_outlive_a_successful_sizing(tmp_pa
     else:
         os.kill(pid, 9)
         pytest.fail("the process a problem started outlived the sizing")
+
+
+def test_the_gate_keeps_the_runs_order_and_its_places_through_cancellation():
+    """Review of c0f1198: a large sample that waited for a place among the large ones joined the common queue
+    behind every small sample, so the large problems, spread through the run, all ran in its tail."""
+    import asyncio
+
+    from kernelbench_harness.runner import SampleGate
+
+    keys = [f"big{i}" if i % 10 == 5 else f"small{i}" for i in range(40)]  # spread, as _interleave_todo does
+    gate = SampleGate(4, {k for k in keys if k.startswith("big")})
+    started: list[str] = []
+
+    async def go() -> None:
+        async def sample(key: str) -> None:
+            async with gate(key):
+                started.append(key)
+                await asyncio.sleep(0.002)
+
+        await asyncio.gather(*(sample(k) for k in keys))
+        # cancellation: a waiting sample gives up its turn, a running one its place
+        hold = asyncio.Event()
+
+        async def holds(key: str) -> None:
+            async with gate(key):
+                await hold.wait()
+        running = [asyncio.create_task(holds(f"h{i}")) for i in range(4)]
+        waiting = asyncio.create_task(holds("w"))
+        await asyncio.sleep(0.01)
+        assert gate._in == 4 and not waiting.done()
+        waiting.cancel()
+        running[0].cancel()
+        await asyncio.sleep(0.01)
+        assert gate._in == 3 and gate._waiters == []
+        hold.set()
+        await asyncio.gather(*running, return_exceptions=True)
+        assert gate._in == 0 and gate._lane_in == 0
+
+    asyncio.run(go())
+    for k in keys:
+        if k.startswith("big"):
+            assert started.index(k) <= keys.index(k) + 4  # near its place in the run's order, not at the end

@@ -299,7 +299,8 @@ class MemoryLedger:
 
         A lane job's claim (:attr:`lane`) draws on the lane's reserve first, which counts as held by it. With
         ``keep_reserve`` (a claim for the reference's set-up, before the plan's) what the claim leaves of the
-        reserve stays reserved; without it (the plan's claim: what the job needs) the rest goes."""
+        reserve stays reserved; without it (the plan's claim: what the job needs) the rest goes. A lane job's claim
+        that is not granted ends the reserve (it then waits in the turnstile as any other job)."""
         def attempt() -> float | None:
             waiting, w_claim = self._waiting()
             if not self.lane and min(options) >= self.CAPACITY - 1e-9 and self.reserve() > 0.0:
@@ -322,6 +323,11 @@ class MemoryLedger:
                     if waiting == self.index:
                         self._set_waiting(-1, 0.0)
                     return c
+            if reserve > 0.0:
+                # a large job's claim the reserve and the free memory do not cover: the reserve goes, and the job
+                # waits in the turnstile as without one (kept, it could hold memory neither this job nor a waiting
+                # one may use until it lapsed)
+                self._set_reserve(0.0)
             if waiting == -1:
                 self._set_waiting(self.index, min(options))  # the running jobs give back; new ones leave room
             return None

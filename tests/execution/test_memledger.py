@@ -1061,3 +1061,22 @@ def test_a_large_jobs_rerun_with_the_whole_device_is_not_kept_for_the_lane(monke
     res = devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=True))
     assert res.outcome is Outcome.CORRECT and runs[1] == (True, 1.0)
     assert a.reserve() == 0.0 and a.try_claim([1.0]) == pytest.approx(1.0)
+
+
+def test_a_large_jobs_claim_the_reserve_cannot_cover_ends_it_so_nothing_stalls(tmp_path):
+    """Review of 9c64ac4: a large job whose plan's claim was larger than the reserve, with a mid-size job waiting
+    that could not fit beside the reserve, left every claim at 0 until the reserve lapsed (20 s)."""
+    a, b = _ledgers(2, tmp_path)
+    a.lane = True
+    a.try_claim([0.67])
+    a.release()  # the reserve: 0.67
+    assert a.try_claim([0.4], keep_reserve=True) == pytest.approx(0.4)  # the next large job's set-up
+    assert b.try_claim([0.5]) is None and int(b.pending[0]) == 1  # a mid-size job waits
+    a.release(between=True)
+    assert a.reserve() == pytest.approx(0.67)
+    assert a.try_claim([0.8]) is None  # its plan's claim: more than the lane holds, and b waits
+    assert a.reserve() == 0.0  # the reserve went with it
+    assert b.try_claim([0.5]) == pytest.approx(0.5)  # b goes at once (not after the reserve lapsed)
+    assert a.try_claim([0.8]) is None and int(a.pending[0]) == 0  # and the large job waits behind it
+    b.release()
+    assert a.try_claim([0.8]) == pytest.approx(0.8)
