@@ -44,8 +44,9 @@ first. The reserve goes when a large job is granted its plan's claim (what it ne
 :data:`LANE_HOLD_S` pass without a large job claiming it, when the executor finds no large job left to run on the
 device (:meth:`MemoryLedger.end_lane`), when a large job gives its claim back while another slot's job waits for more
 than the device leaves beside the reserve, as soon as another slot's job asks for the whole device (a re-run after
-running out of memory: it must not wait for the lane to end), and when a claim falls back after its wait ran out. A
-large job's re-run with the whole device claimed is not the lane's: its claim is not kept.
+running out of memory: it must not wait for the lane to end), when a claim falls back after its wait ran out, and
+when a large job's claim is more than the reserve and the free memory cover (it then waits in the turnstile as any
+job). A large job's re-run with the whole device claimed is not the lane's: its claim is not kept.
 
 The shared state is two lock-free arrays per device, and a file lock (``flock``: the kernel releases it
 when a holder dies) held for a few reads and writes. A slot that dies with a claim has it cleared by the
