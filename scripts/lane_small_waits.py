@@ -17,28 +17,35 @@ allocates directly) and the candidate process's (``candidate_device_peak_bytes``
 from __future__ import annotations
 
 import argparse
-import json
-import sqlite3
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 #: an H200's device memory (bytes), for records without the device's total
 H200_BYTES = 150_109_880_320
 GIB = 1 << 30
 
 
-def load(db: str, run: str, since: str | None, until: str | None) -> list[tuple]:
-    con = sqlite3.connect(db)
-    rows = con.execute(
-        "select s.level, s.problem_id, r.phase_s, r.extra, r.created_at from results r "
-        "join attempts a on r.attempt_pk = a.id join samples s on a.sample_pk = s.id "
-        "join runs ru on s.run_id = ru.id where ru.run_name = ? order by r.created_at", (run,)).fetchall()
+def utc_time(text: str) -> datetime:
+    """``--since``/``--until``: a UTC time such as ``2026-12-02 22:50``."""
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time; give one like '2026-12-02 22:50'") from None
+
+
+def load(db: str, run: str, lo: datetime | None, hi: datetime | None) -> list[tuple]:
+    """``(level, problem_id, phase_s, extra, stored at (epoch s))`` of each of ``run``'s results in ``db``, in the
+    order they were stored, from ``lo`` to ``hi`` (UTC; None: no bound)."""
+    from kernelbench_harness.store import Store
+
     out = []
-    for level, pid, phase, extra, ts in rows:
-        if (since and ts < since) or (until and ts > until):
+    for at in sorted(Store(db, create=False).attempts(run), key=lambda at: at.created_at):
+        if (lo and at.created_at < lo) or (hi and at.created_at > hi):
             continue
-        out.append((level, pid, json.loads(phase), json.loads(extra), datetime.fromisoformat(ts).timestamp()))
+        out.append((at.level, at.problem_id, at.result.phase_s, at.result.extra, at.created_at.timestamp()))
     return out
 
 
@@ -71,8 +78,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True)
     ap.add_argument("--run", required=True)
-    ap.add_argument("--since", default=None)
-    ap.add_argument("--until", default=None)
+    ap.add_argument("--since", default=None, type=utc_time)
+    ap.add_argument("--until", default=None, type=utc_time)
     ap.add_argument("--label", default=None)
     ap.add_argument("--large-claim", type=float, default=0.3)
     ap.add_argument("--timeline", action="store_true")
@@ -89,7 +96,6 @@ def main() -> int:
                       f"memory_wait {phase.get('memory_wait', 0):5.1f} yield_wait {phase.get('yield_wait', 0):5.1f} "
                       f"total {phase['total']:5.1f}")
     if a.peaks:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from kernelbench_harness.execution.memledger import UTIL
 
         print("   job      claim GiB  trusted peak  candidate peak  (allocator peaks, GiB; exchange, timing sets)")
