@@ -844,8 +844,7 @@ def _shared_gpus(slots: list[dict[str, Any]]) -> int:
 def _slots_share_a_gpu(slots: list[dict[str, Any]]) -> bool:
     """Whether two of the local executor's slots (dicts with ``"device"``) are on the same CUDA device
     (``--gpus 0,0`` or ``--slots-per-gpu``). Ray's slots (``ray:<node>:cuda``) never are: each is its own GPU."""
-    gpus = [d for d in (str(sl.get("device", "")) for sl in slots) if d.startswith("cuda")]
-    return len(gpus) > len(set(gpus))
+    return _shared_gpus(slots) > 0
 
 
 def _interleave_todo(todo: list[tuple[Any, int]], phase_s: dict[str, float],

@@ -105,32 +105,30 @@ class Sizing:
                      if str(k) in self.keys and isinstance(v, int)} if isinstance(got, dict) else {}
         return self._got
 
-    def _kill_group(self) -> None:
+    def _kill_group(self) -> bool:
         """SIGKILL to the child's process group (its own session: only what the child and the problems' code
-        started); nothing where the group is gone. (Pids are handed out in sequence: the exited child's is not
-        taken again in the instant before this.)"""
+        started). Returns False where there is no such group (nothing of it is left). (Pids are handed out in
+        sequence: an exited child's is not taken again in the instant before this.)"""
         import os
         import signal
 
-        if self._proc is not None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except OSError:  # (ProcessLookupError: nothing of the group is left)
-                pass
+        if self._proc is None:
+            return False
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            return True
+        except OSError:  # (ProcessLookupError: nothing of the group is left)
+            return False
 
     def stop(self) -> None:
         """Kill the child and its process group (whatever a problem started) if it still runs; waits for
         the child's exit only (at most 5 s), not for its pipes."""
-        import os
-        import signal
         import subprocess
 
         p = self._proc
         if p is not None:
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
+                if not self._kill_group():
                     p.kill()
                 try:
                     p.wait(timeout=5)

@@ -274,11 +274,11 @@ class MemoryLedger:
             self.pending[_RESERVE] = max(0.0, value)
             self.pending[_UNTIL] = time.monotonic() + LANE_HOLD_S if value > 1e-9 else 0.0
 
-    def _locked(self, fn: Callable[[], Any]) -> Any:
-        got = self.lock.acquire(timeout=self.LOCK_WAIT_S)
+    def _locked(self, fn: Callable[[], Any], wait_s: float | None = None) -> Any:
+        wait_s = self.LOCK_WAIT_S if wait_s is None else wait_s
+        got = self.lock.acquire(timeout=wait_s)
         if not got:
-            log.warning("the device's memory ledger lock was not free within %.0f s; reading it without",
-                        self.LOCK_WAIT_S)
+            log.warning("the device's memory ledger lock was not free within %g s; reading it without", wait_s)
         try:
             return fn()
         finally:
@@ -286,11 +286,11 @@ class MemoryLedger:
                 self.lock.release()
 
     def _waiting(self) -> tuple[int, float]:
-        return int(self.pending[0]), float(self.pending[1])
+        return int(self.pending[_WAITING]), float(self.pending[_W_CLAIM])
 
     def _set_waiting(self, index: int, claim: float) -> None:
-        self.pending[1] = claim
-        self.pending[0] = index
+        self.pending[_W_CLAIM] = claim
+        self.pending[_WAITING] = index
 
     def try_claim(self, options: Sequence[float], keep_reserve: bool = False) -> float | None:
         """Claim the first of ``options`` (the job's plans' claims, best plan first) the others leave room
@@ -310,14 +310,14 @@ class MemoryLedger:
                 # what it does not need go, and one that can never fit beside it is let in when a large job gives
                 # its claim back, in release.)
                 self._set_reserve(0.0)
-            reserve = self.reserve() if self.lane else 0.0
-            free = self.CAPACITY - self.others() - reserve  # (the reserve, the lane's own, is in neither)
+            reserve = self.reserve() if self.lane else 0.0  # (counted in others() only where it is not this job's)
+            free = self.CAPACITY - self.others()  # (the reserve included, for a lane job: its own to draw on)
             if waiting not in (-1, self.index):
                 free -= w_claim
-            held = float(self.claims[self.index]) + reserve  # (all of it the lane's, where this job is one)
+            held = float(self.claims[self.index]) + reserve
             for c in options:
                 # no more than this slot holds already: granted whoever waits (it takes no room from them)
-                if free + reserve + 1e-9 >= c or c <= held + 1e-9:
+                if free + 1e-9 >= c or c <= held + 1e-9:
                     self.claims[self.index] = c
                     if reserve > 0.0:
                         self._set_reserve(held - c if keep_reserve else 0.0)
@@ -403,12 +403,7 @@ class MemoryLedger:
         """End the lane's reserve (the executor, on a handle of index -1: no large job is left to run on the
         device). Waits at most :attr:`END_LANE_LOCK_WAIT_S` for the ledger's lock (a write of one number
         without it: nobody else writes the reserve while no large job runs)."""
-        got = self.lock.acquire(timeout=self.END_LANE_LOCK_WAIT_S)
-        try:
-            self._set_reserve(0.0)
-        finally:
-            if got:
-                self.lock.release()
+        self._locked(lambda: self._set_reserve(0.0), wait_s=self.END_LANE_LOCK_WAIT_S)
 
     #: how long :meth:`end_lane` (on the executor's event loop) waits for the ledger's lock
     END_LANE_LOCK_WAIT_S = 0.2
@@ -448,10 +443,9 @@ def new_state(ctx: Any, n_slots: int, lock_path: str) -> tuple[Any, Any, str]:
     return ctx.Array("d", n_slots, lock=False), ctx.Array("d", [-1.0, 0.0, 0.0, 0.0], lock=False), lock_path
 
 
-
 def clear_slot(claims: Any, pending: Any, index: int) -> None:
     """Give back the claim and the wait of slot ``index``, which died (called by the executor)."""
     claims[index] = 0.0
-    if int(pending[0]) == index:
-        pending[1] = 0.0
-        pending[0] = -1
+    if int(pending[_WAITING]) == index:
+        pending[_W_CLAIM] = 0.0
+        pending[_WAITING] = -1
