@@ -895,18 +895,31 @@ class ProblemContext:
         grad = torch.no_grad if p.reference_no_grad else torch.enable_grad
         try:
             with grad():
-                if self.fp64_judge and (tight or self._memory_tight()):
-                    # too little free device memory for the inputs, their float64 upcast and the outputs
-                    # at once: the reference first, then a second copy of the set for the float64 twin
+                if self.fp64_judge and (tight or self.large or self._memory_tight()):
+                    # two copies of the set, one after the other: the float64 twin first, from its own copy
+                    # of the set (freed before the upcast's forward), then the reference from a second copy.
+                    # At most the set's float64 upcast and the twin's outputs (or the twin's outputs, a
+                    # copy of the set and the reference's outputs) live at once beside the candidate's
+                    # output: five times a 6 GiB set's bytes where one copy of the set, its upcast and both
+                    # outputs took six (H200 session 17: the trusted side's allocator held 54 GiB judging
+                    # L1/19's 6 GiB set). Taken by every large job (a set drawn again costs milliseconds)
+                    # and by a smaller one where the device is short of memory
                     raw, vals = inputs()
-                    del raw
-                    ref = _detach_outputs(self.model(*vals))
-                    del vals
-                    raw, vals = inputs()  # as before the reference ran (it may write into its inputs)
-                    up = _upcast(raw if round_ is None else vals, self.device)
+                    src = raw if round_ is None else vals
                     del raw, vals
+                    up = _upcast(src, self.device)
+                    del src
+                    if self.large and self.device.type == "cuda":
+                        # the set's freed block cannot hold the twin's outputs (twice its size): handed back
+                        # rather than kept beside them in the allocator's cache (a block each of the set's
+                        # size, the twin's outputs' and the upcast's: 6 sets held for 5 in use)
+                        torch.cuda.empty_cache()
                     ref64 = _detach_outputs(self._m64(*up))
                     del up
+                    raw, vals = inputs()  # as before the float64 twin ran (it may write into its inputs)
+                    del raw  # the run-precision inputs keep what they share of it
+                    ref = _detach_outputs(self.model(*vals))
+                    del vals
                 else:
                     # the set goes to the device once, at the dtypes get_inputs returned (one host-to-device
                     # copy per tensor); the run-precision inputs are cast from that copy and the float64
@@ -1623,7 +1636,8 @@ class DeviceEvaluator:
                 else:
                     share, self._job_claim, waited = job_share(led, need, self.memory_share,
                                                                plan_at(self.memory_share),
-                                                               wait_s=self.MEMORY_WAIT_MAX_S, on_wait=give_lock_up)
+                                                               wait_s=self.MEMORY_WAIT_MAX_S, on_wait=give_lock_up,
+                                                               lean=bool(led.lane))
                 physical = self._wait_device_free(int(self._job_claim * UTIL * total), give_lock_up,
                                                   self.PHYSICAL_WAIT_MAX_S)
                 if physical:
@@ -1792,7 +1806,15 @@ class DeviceEvaluator:
 
         For a large job (set and outputs of :data:`.tensorio.LARGE_SET_BYTES` or more) the two take turns,
         and the larger of the two counts (with the candidate's own copy of the set and its timing buffer
-        beside the judging); for a smaller one, their sum. For small problems this is far below the ledger's floor; for level 1's
+        beside the judging); for a smaller one, their sum. A large job's judging evaluates the float64 twin
+        and the reference one after the other, each on its own copy of the set
+        (:meth:`ProblemContext._compare_once`), so its trusted side holds the candidate's output and the
+        most of: a set and its upcast (3 sets), the upcast and the twin's outputs (2 sets and 2 outputs, and
+        the twin's temporaries), a set refreshed beside them (2 and 2), and the twin's outputs, a set and the
+        reference's outputs (1 set and 3 outputs, and the reference's temporaries); without the float64
+        judge, the most of a set refreshed (2 sets) and a set with the reference's outputs. Before (H200
+        session 17) one copy of the set served both forwards and a large job's trusted side counted 3 sets
+        and 4 outputs (42 GiB for L1/19's 6 GiB set and output; now 30). For small problems this is far below the ledger's floor; for level 1's
         6-16 GiB sets it is tens of GiB. Counted short (H200 sessions 12 and 13), the trusted side ran out of
         memory: without the judging in 13 of 25 large jobs; with one copy of the set counted in the
         candidate's process where it holds three, L1/45 (16 GiB sets) even with the device to itself.
@@ -1804,17 +1826,22 @@ class DeviceEvaluator:
             temp_bytes, temp64_bytes: the reference's forward temporaries beyond its outputs, at the run's
                 precision and in float64 (:attr:`ProblemContext.ref_temp_bytes`; 0 where not measured).
         """
-        candidate = (2 + own_copies) * set_nbytes + 2 * out_nbytes + temp_bytes
-        trusted = set_nbytes + 2 * out_nbytes + temp_bytes
-        if fp64_judge:
-            trusted += 2 * set_nbytes + 2 * out_nbytes + max(0, temp64_bytes - temp_bytes)
-        if set_nbytes + out_nbytes >= LARGE_SET_BYTES:
+        s, o = set_nbytes, out_nbytes
+        candidate = (2 + own_copies) * s + 2 * o + temp_bytes
+        if s + o >= LARGE_SET_BYTES:
             # a large job takes turns: the candidate's process hands its call's copies back before it
             # reports an output (worker.py, release_large), and the trusted side its judging's temporaries
             # and its copy of the output before the next call (_hand_back_judging); what stays in the
             # candidate's process while the trusted side judges: its own copy of the set and, after timing,
             # the timing buffer the in-place re-check writes into
-            return max(candidate, trusted + (1 + min(own_copies, 1)) * set_nbytes)
+            if fp64_judge:
+                judging = max(3 * s, 2 * s + 2 * o + temp64_bytes, s + 3 * o + temp_bytes)
+            else:
+                judging = max(2 * s, s + o + temp_bytes)
+            return max(candidate, o + judging + (1 + min(own_copies, 1)) * s)
+        trusted = s + 2 * o + temp_bytes
+        if fp64_judge:
+            trusted += 2 * s + 2 * o + max(0, temp64_bytes - temp_bytes)
         return candidate + trusted
 
     @contextlib.contextmanager

@@ -410,7 +410,7 @@ class MemoryLedger:
 
 
 def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, fixed_plan: Plan, *,
-              wait_s: float, on_wait: Callable[[], None] | None = None) -> tuple[float, float, float]:
+              wait_s: float, on_wait: Callable[[], None] | None = None, lean: bool = False) -> tuple[float, float, float]:
     """The share of the device's memory one job plans for, claimed in ``ledger`` until its
     :meth:`MemoryLedger.release`.
 
@@ -418,6 +418,10 @@ def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, fixed_
     claims its need (at least :attr:`MemoryLedger.FLOOR`). A larger one is offered, best first: its best
     plan (``need.high_share``), the plan of the fixed share (``fixed_plan``) where that is better than its
     least shared one, and its least shared one (``need.low_share``); after the wait, the fixed share.
+    ``lean`` (a job of the lane, :attr:`MemoryLedger.lane`): only its least shared plan where that is
+    smaller than its best. The lane's jobs follow one another on the device and the other slots' jobs run
+    in what they leave (H200 session 17: the device's memory bounded the sweep); a better plan for them
+    (every set shared, more timing sets) would take that room for all of the lane's span.
 
     Returns:
         ``(share, claim, seconds waited)``.
@@ -427,8 +431,8 @@ def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, fixed_
         c = max(need.high_claim, ledger.FLOOR)
         got, waited, _fell = ledger.claim([c], wait_s=wait_s, fallback=c, on_wait=on_wait)
         return fixed_share, got, waited
-    options = [(need.high_share, need.high_claim)]
-    if fixed_plan.rank > need.low_plan.rank:
+    options = [] if lean and need.low_claim < need.high_claim else [(need.high_share, need.high_claim)]
+    if fixed_plan.rank > need.low_plan.rank and not lean:
         options.append((fixed_share, fixed_claim))
     options.append((need.low_share, need.low_claim))
     got, waited, fell = ledger.claim([c for _, c in options], wait_s=wait_s, fallback=fixed_claim, on_wait=on_wait)

@@ -140,14 +140,18 @@ def refresh_values(src: torch.Tensor, round_: int, out: torch.Tensor | None = No
     # values do change there too
     work = src if src.dtype in (torch.float32, torch.float64) else src.float()
     wiggle = max(REFRESH_WIGGLE, 2.0 * torch.finfo(src.dtype).eps)
-    # the cosine's argument is bounded (1.7 x / (1 + |x|)), so the map stays increasing for every x
-    arg = work / (work.abs() + 1.0)
-    factor = torch.cos(arg.mul_(1.7).add_(0.37 * (r % 4096)))
+    # the cosine's argument is bounded (1.7 x / (1 + |x|)), so the map stays increasing for every x. One
+    # buffer of the source's size holds each step in turn (the trusted side refreshes multi-GiB sets beside
+    # the float64 reference's outputs): the same operations, in the same order, as with a tensor per step
+    factor = work.abs()
+    factor.add_(1.0)
+    torch.div(work, factor, out=factor)
+    factor.mul_(1.7).add_(0.37 * (r % 4096)).cos_()
     factor.mul_(wiggle).add_(scale)
     factor.nan_to_num_(nan=scale)  # +-inf inputs (cos(nan)): only the uniform scale, so they stay +-inf
     if work is src:
-        return torch.mul(src, factor, out=out)
-    res = torch.mul(work, factor).to(src.dtype)
+        return torch.mul(src, factor, out=factor if out is None else out)
+    res = torch.mul(work, factor, out=factor).to(src.dtype)
     return out.copy_(res) if out is not None else res
 
 

@@ -107,7 +107,7 @@ def test_a_16gib_reduction_claims_its_judging_beside_the_candidates_own_copy():
     need, plan_at = _need(ctx)
     assert need.high_plan.exchange == need.low_plan.exchange == "staged"
     work = DeviceEvaluator.work_nbytes(16 * GIB, ctx.out_nbytes, True, own_copies=1)
-    trusted = 16 * GIB + 2 * 16 * GIB + 4 * ctx.out_nbytes
+    trusted = ctx.out_nbytes + 16 * GIB + 2 * 16 * GIB  # the output copied out; the set and its upcast
     # beside the judging: the candidate's own copy of the set and, after timing, its timing buffer
     assert work == trusted + 2 * 16 * GIB > (3 * 16 * GIB + 2 * ctx.out_nbytes)  # the judging's turn is larger
     assert need.high_plan.nbytes == 16 * GIB + DeviceEvaluator._share_out_nbytes(ctx) + work
@@ -139,9 +139,9 @@ def test_a_large_job_gets_its_least_shared_plan_beside_small_ones_and_a_second_w
     for led in slots[:4]:  # four small jobs: each plans for 1/6 and claims the floor
         share, claim, waited = job_share(led, small, 1 / 6, small.high_plan, wait_s=1.0)
         assert share == pytest.approx(1 / 6) and claim == pytest.approx(MemoryLedger.FLOOR) and waited == 0.0
-    big, plan_at = _need(_ctx(*BIG))
+    big, plan_at = _need(_ctx(6.5, 6.5))
     # its best plan (every set shared) with its judging needs nearly the whole device (H200 session 12: a
-    # trusted process of such a job held 71 GiB); beside the small ones it gets the staged plan
+    # trusted process of a 6 GiB one held 71 GiB); beside the small ones it gets the staged plan
     assert big.high_claim > 1.0 - 4 * MemoryLedger.FLOOR > big.low_claim
     share, claim, waited = job_share(slots[4], big, 1 / 6, plan_at(1 / 6), wait_s=1.0)
     assert share == big.low_share and claim == big.low_claim and waited == 0.0
@@ -166,6 +166,25 @@ def test_a_large_job_gets_its_least_shared_plan_beside_small_ones_and_a_second_w
         led.release()
     slots[5].release()
     assert slots[5].try_claim([big.high_claim, big.low_claim]) == big.high_claim
+
+
+def test_a_lane_job_claims_its_least_shared_plan_even_where_its_best_would_fit(tmp_path):
+    """A job of the lane (6 GiB sets and outputs: its best plan, every set shared and two timing sets, now
+    fits the device) takes its least shared plan, so the other slots keep the rest; outside the lane it
+    takes its best where there is room, and a lean job whose plans are one plan is granted it."""
+    a, b = _ledgers(2, tmp_path)
+    big, plan_at = _need(_ctx(*BIG))
+    assert big.high_plan.exchange == "all" and big.high_claim <= 1.0 - MemoryLedger.FLOOR
+    assert big.low_plan.exchange == "staged" and big.low_claim < big.high_claim
+    assert job_share(a, big, 1 / 2, plan_at(1 / 2), wait_s=1.0) == (big.high_share, big.high_claim, 0.0)
+    a.release()
+    a.lane = True
+    assert job_share(a, big, 1 / 2, plan_at(1 / 2), wait_s=1.0, lean=True) == (big.low_share, big.low_claim, 0.0)
+    assert 1.0 - sum(a.claims[:]) > 1.0 - big.high_claim  # what the other slot is left
+    a.lane = False
+    a.release()
+    huge, huge_at = _need(_ctx(20.0, 20.0))  # nothing but its least plan fits: the same either way
+    assert job_share(b, huge, 1 / 2, huge_at(1 / 2), wait_s=1.0, lean=True)[1] == huge.low_claim
 
 
 def test_a_claim_counts_the_judging_or_the_timing_copies_whichever_is_larger():
@@ -604,7 +623,8 @@ def test_the_best_plan_is_the_best_whose_claim_fits_the_device():
     """H200 session 12: L1/24 (6 GiB sets and output, baselines timed) was given every set shared and two
     timing sets, a plan whose bytes were over the device's UTIL (claim capped at 1.0): 107 GiB used."""
     slot = _slot()
-    plan_at = slot._planner(_ctx(6.0, 6.0), H200, baselines=True)
+    # (6.5 GiB: since a large job's two forwards run on copies of their own, 6 GiB with every set shared fits)
+    plan_at = slot._planner(_ctx(6.5, 6.5), H200, baselines=True)
     assert plan_at(1.0).nbytes > UTIL * H200  # every set shared: does not fit with its judging
     need = memory_need(plan_at, H200)
     assert need.high_plan.nbytes <= UTIL * H200 and need.high_claim <= 1.0
@@ -950,8 +970,8 @@ def test_a_large_jobs_evaluation_leaves_its_claim_to_the_lane(monkeypatch, tmp_p
     need, _ = _need(ctx)
     res = devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=True))
     assert res.outcome is Outcome.CORRECT and marks == [True] and b.lane is False
-    assert b.claims[1] == 0.0 and a.reserve() == pytest.approx(need.high_claim)
-    assert a.others() == pytest.approx(need.high_claim)  # the other slot sees it as held
+    assert b.claims[1] == 0.0 and a.reserve() == pytest.approx(need.low_claim)  # the lane plans lean
+    assert a.others() == pytest.approx(need.low_claim)  # the other slot sees it as held
     MemoryLedger(a.claims, a.pending, a.lock.path, -1).end_lane()  # (the executor: no large job follows)
     devmod.DeviceEvaluator.evaluate(slot, SimpleNamespace(large=False))  # another job's claim is not kept
     assert marks == [True, False] and b.lane is False

@@ -49,10 +49,19 @@ def test_a_large_jobs_candidate_and_judging_take_turns():
     w = DeviceEvaluator.work_nbytes
     s = o = GIB  # set and outputs over LARGE_SET_BYTES: each side hands its copies back before the other
     candidate = 3 * s + 2 * o  # own copy, clone, pristine; output and poisoned block
-    trusted = s + 2 * o + 2 * s + 2 * o  # the set drawn again, outputs, float64 upcasts
+    # the candidate's output copied out, and at most a set's float64 upcast and the twin's outputs (or the
+    # twin's outputs, a set and the reference's outputs): the two forwards run on copies of their own
+    trusted = o + 2 * s + 2 * o
     # beside the judging: the process's own copy of the set, and the timing buffer kept for the re-check
-    assert w(s, o, True, own_copies=1) == max(candidate, trusted + 2 * s) == trusted + 2 * s
+    assert w(s, o, True, own_copies=1) == max(candidate, trusted + 2 * s) == trusted + 2 * s == 7 * GIB
     assert w(s, o, True, own_copies=0) == trusted + s  # mapped sets: only the timing buffer stays
+    # the twin's forward temporaries count beside the upcast, the reference's beside its outputs
+    assert w(s, o, True, own_copies=1, temp64_bytes=GIB) == trusted + 2 * s + GIB
+    assert w(s, o, True, own_copies=1, temp_bytes=GIB) == o + (s + 3 * o + GIB) + 2 * s  # 1 set, 3 outputs, temps
+    # a large set with a small output (a reduction): the set and its upcast at once
+    assert w(4 * s, 0, True, own_copies=1) == 3 * 4 * s + 2 * 4 * s
+    # without the float64 judge: a set refreshed (two copies), or a set and the reference's outputs
+    assert w(s, o, False, own_copies=0) == max(2 * s + 2 * o, o + 2 * s + s)
     # a reference whose forward temporaries dwarf its set: the candidate's turn is the larger
     assert w(s, o, False, own_copies=1, temp_bytes=20 * GIB) == candidate + 20 * GIB
     # just below the threshold the two are summed
@@ -504,3 +513,95 @@ def test_a_scalar_output_that_keeps_its_whole_elementwise_buffer_is_stored_on_it
     a, b = torch.chunk(big, 2)
     pieces = device_mod._detach_outputs((a, b))
     assert pieces[0].data_ptr() == big.data_ptr() and pieces[1].data_ptr() == b.data_ptr()
+
+
+class _LiveBytes:
+    """Peak bytes of live tensor storage while it is entered (CPU tensors): what the CUDA allocator's
+    allocated high-water mark counts, for a stand-in of the trusted side's judging on the CPU."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
+                out = func(*args, **(kwargs or {}))
+                for t in torch.utils._pytree.tree_flatten(out)[0]:
+                    if isinstance(t, torch.Tensor):
+                        outer._track(t.untyped_storage())
+                return out
+        self.mode = Mode()
+        self.live: dict[int, int] = {}
+        self.now = self.peak = 0
+
+    def _track(self, st: torch.UntypedStorage) -> None:
+        import weakref
+
+        key, n = st.data_ptr(), st.nbytes()
+        if n == 0 or key in self.live:
+            return
+        self.live[key] = n
+        self.now += n
+        self.peak = max(self.peak, self.now)
+
+        def gone() -> None:
+            if self.live.pop(key, None) is not None:
+                self.now -= n
+        weakref.finalize(st, gone)
+
+    def __enter__(self) -> "_LiveBytes":
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.mode.__exit__(*exc)
+
+
+_ELEMENTWISE = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+                "def get_inputs():\n    return [torch.randn(64, 4096)]\ndef get_init_inputs():\n    return []\n")
+_REDUCTION = _ELEMENTWISE.replace("torch.relu(x)", "x.sum(dim=1)")
+
+
+@pytest.mark.parametrize("code", [_ELEMENTWISE, _REDUCTION], ids=["elementwise", "reduction"])
+def test_a_large_jobs_judging_holds_what_its_claim_counts(tmp_path, monkeypatch, code):
+    """Measured (live tensor bytes on the CPU, the allocator's allocated count on a GPU): a large job's lazy
+    judging against float64, as stored and after a timed round's refresh, holds no more than the trusted
+    side's term of its claim (work_nbytes with no copies of the candidate's), and for an elementwise problem
+    exactly 5 sets with the candidate's output: the float64 twin runs first on a copy of its own. With one
+    copy of the set for both forwards it held 6 (H200 session 17: 54 GiB in the allocator for L1/19)."""
+    monkeypatch.setattr(ProblemContext, "large", property(lambda self: True))
+    ctx = ProblemContext(Problem(1, 9919, "Large_test", code), get_protocol("kbench"), 3, torch.device("cpu"),
+                         tmp_path, ref_budget_bytes=0)
+    assert ctx.lazy_refs and ctx.fp64_judge
+    s, o = ctx.set_nbytes, ctx.out_nbytes
+    monkeypatch.setattr(device_mod, "LARGE_SET_BYTES", 1)  # the formula's large branch for this small set
+    judging = DeviceEvaluator.work_nbytes(s, o, True, own_copies=0) - s  # less the candidate's timing buffer
+    for round_ in (None, 3):
+        outs = [ctx.compare_on(0, round_, [torch.zeros(1)]) and None]  # warm: the judge's lazy imports
+        x = ctx.set_values(0)[0]
+        if round_ is not None:
+            x = device_mod._timing.refresh_values(x, round_)
+        outs = [ctx.model(x)]  # the candidate's output, copied out
+        del x
+        seen = {}
+        monkeypatch.setattr(ctx, "_judged", lambda outs_, ref, ref64: seen.setdefault("ok", True))
+        with _LiveBytes() as live:
+            ctx._compare_once(outs, 0, round_, lambda: _inputs(ctx, round_), tight=False)
+        assert seen == {"ok": True}
+        held = live.peak + o  # the candidate's output, allocated before
+        assert held <= judging, (round_, held / s, judging / s)
+        if code is _ELEMENTWISE:
+            assert held == 5 * s == judging, (round_, held / s)
+        monkeypatch.undo()
+        monkeypatch.setattr(ProblemContext, "large", property(lambda self: True))
+        monkeypatch.setattr(device_mod, "LARGE_SET_BYTES", 1)
+    ctx.free()
+
+
+def _inputs(ctx, round_):
+    raw = ctx.set_values(0)
+    vals = device_mod._cast_set(raw, ctx.dtype, ctx.cast_all)
+    if round_ is not None:
+        vals = [device_mod._timing.refresh_values(v, round_) for v in vals]
+    return raw, vals

@@ -50,3 +50,37 @@ def test_refresh_is_the_same_into_a_buffer_and_into_a_new_tensor():
     x = torch.randn(1000, 37)[:, 3:30]  # non-contiguous
     buf = torch.empty(1000, 27)
     assert torch.equal(refresh_values(x, 11, out=buf), refresh_values(x.contiguous(), 11))
+
+
+def _refresh_by_the_docstring(src: torch.Tensor, r: int) -> torch.Tensor:
+    """timing.refresh_values's formula written out, one new tensor per step (as it was written before it
+    reused one buffer for every step)."""
+    import math
+
+    scale = 1.0 + (1 if r % 2 else -1) * ((r // 2) % 1000 + 1) * 2.0 ** -17
+    work = src if src.dtype in (torch.float32, torch.float64) else src.float()
+    wiggle = max(2.0 ** -12, 2.0 * torch.finfo(src.dtype).eps)
+    arg = work / (work.abs() + 1.0)
+    factor = torch.cos(arg * 1.7 + 0.37 * (r % 4096))
+    factor = (factor * wiggle + scale).nan_to_num(nan=scale)
+    assert not math.isnan(scale)
+    return (work * factor).to(src.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_the_refresh_in_one_buffer_is_bit_for_bit_the_formula(dtype):
+    """The trusted side and the candidate's process must compute the same bits; refresh_values computes
+    each step in one buffer (the trusted side refreshes multi-GiB sets), with the formula's operations."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(20000, generator=gen, dtype=torch.float64) * torch.logspace(-30, 30, 20000,
+                                                                                  dtype=torch.float64)).to(dtype)
+    x[:5] = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0], dtype=torch.float64).to(dtype)
+    bits = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
+            torch.bfloat16: torch.int16}[dtype]
+    for r in (0, 1, 7, 4099):
+        want = _refresh_by_the_docstring(x, r)
+        got = refresh_values(x, r)
+        assert got.dtype == dtype and torch.equal(got.view(bits), want.view(bits)), r
+        buf = torch.empty_like(x)
+        assert refresh_values(x, r, out=buf) is buf and torch.equal(buf.view(bits), want.view(bits))
+        assert not torch.equal(got.view(bits), x.view(bits))  # the values did change
