@@ -9,7 +9,9 @@ For an elementwise problem (``torch.relu``) of ``--gib`` GiB of float32 input an
     two_copies the float64 twin first on a copy of its own, then the reference on a second copy, with the set's
                freed block handed back before the twin's forward (ProblemContext._compare_once)
 
-each on the set as stored (``round=None``) and refreshed for a timed round (``round=3``). Per variant: the
+each on the set as stored (``round=None``) and refreshed for a timed round (``round=3``); and the context's
+set-up (``setup kept``: the set-sized blocks its draws and the reference's evaluations leave in the allocator's
+cache kept beside the float64 twin's evaluation, as before; ``setup handed_back``: handed back first). Per variant: the
 allocator's allocated and reserved high-water marks during the comparison beyond what was held before (GiB,
 ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved``; the candidate's output, allocated before, is
 counted in ``held_gib``), the comparison's wall seconds, and whether the two verdicts agree.
@@ -72,6 +74,28 @@ def main() -> int:
     out = {"gib": args.gib, "set_gib": ctx.set_nbytes / gib, "out_gib": ctx.out_nbytes / gib, "redraw": ctx.redraw,
            "large": ctx.large, "setup_s": ctx.setup_s, "torch": torch.__version__,
            "device": torch.cuda.get_device_name() if on_gpu else "cpu", "runs": []}
+    # the set-up's peak (the allocator's reserved high-water mark, as a job's trusted_device_peak_bytes), with the
+    # set-sized blocks handed back before the float64 twin's evaluation and, as before, kept (empty_cache a no-op)
+    setups = []
+    for rep in range(args.repeat):
+        for variant in ("kept", "handed_back"):
+            sync()
+            dev._device_peak(cuda, reset=True)
+            real_empty = torch.cuda.empty_cache
+            if variant == "kept":
+                torch.cuda.empty_cache = lambda: None
+            try:
+                t0 = time.perf_counter()
+                c2 = dev.ProblemContext(prob, get_protocol("kbench"), 100 + rep, cuda, Path(tempfile.mkdtemp()),
+                                        ref_budget_bytes=0)
+                wall = time.perf_counter() - t0
+            finally:
+                torch.cuda.empty_cache = real_empty
+            peak = dev._device_peak(cuda) or 0
+            setups.append({"rep": rep, "variant": variant, "setup_s": wall, "reserved_peak_gib": peak / gib})
+            c2.free()
+            del c2
+    out["setup"] = setups
     real_large = dev.ProblemContext.large
     try:
         for rep in range(args.repeat):
@@ -111,6 +135,11 @@ def main() -> int:
                 "reserved_peak_gib": max(r["reserved_peak_gib"] for r in rs),
                 "held_gib": rs[0]["held_gib"],
                 "compare_s_median": statistics.median(r["compare_s"] for r in rs)}
+    for variant in ("kept", "handed_back"):
+        rs = [r for r in setups if r["variant"] == variant]
+        if rs:
+            summary[f"setup {variant}"] = {"reserved_peak_gib": max(r["reserved_peak_gib"] for r in rs),
+                                           "setup_s_median": statistics.median(r["setup_s"] for r in rs)}
     out["summary"] = summary
     ctx.free()
     print(json.dumps(out, indent=1))
