@@ -260,6 +260,23 @@ def _upcast(vals: list[Any], device: torch.device) -> list[Any]:
     return out
 
 
+def _judging_copies(vals: list[Any], dtype: torch.dtype, cast_all: bool) -> tuple[int, int]:
+    """``(upcast, refresh)`` bytes of input set ``vals`` (its top-level tensors) for a lazy judging at run
+    precision ``dtype``: its float64 upcast (:func:`_upcast`: floating tensors at 8 bytes an element, others
+    as they are), and what refreshing it for a timed round holds beyond the set (:meth:`ProblemContext.compare_on`:
+    the copies :func:`_cast_set` makes, then per refreshed element :func:`.timing.refresh_values`' buffers:
+    one of the run's precision, or for half precision a float32 copy, a float32 buffer and the result)."""
+    item = dtype.itemsize
+    upcast = refresh = 0
+    for v in vals:
+        if not isinstance(v, torch.Tensor):
+            continue
+        upcast += v.numel() * 8 if v.is_floating_point() else v.numel() * v.element_size()
+        if v.is_floating_point() or cast_all:
+            refresh += v.numel() * ((item if v.dtype != dtype else 0) + (item if item >= 4 else 8 + item))
+    return upcast, refresh
+
+
 def _fresh_on(vals: list[Any], device: torch.device) -> list[Any]:
     """``vals`` with every tensor copied to ``device`` at its own dtype: one copy per tensor (one
     host-to-device transfer for a tensor on the host), also where it is on ``device`` already (the
@@ -548,6 +565,12 @@ class ProblemContext:
         self.share_set_nbytes = 0
         self.set_nbytes = 0  # set 0's tensors, nested ones included
         self.cast_copies = False
+        # what the trusted side's judging makes of set 0 beyond the set itself (bytes, for the memory claims,
+        # DeviceEvaluator.work_nbytes): its float64 upcast, and a refresh for a timed round (the cast to the
+        # run's precision, and refresh_values' working buffers: one of the run's precision, or for half
+        # precision a float32 copy, a float32 buffer and the result)
+        self.set64_nbytes = 0
+        self.refresh_nbytes = 0
         for i, s in enumerate(seeds):
             vals, where = draw_inputs(mod, s, self._gen_device)
             drawn.add(where)
@@ -560,6 +583,7 @@ class ProblemContext:
                 # own even where the sets are mapped from shared buffers; counted in the memory claims)
                 self.cast_copies = any(isinstance(v, torch.Tensor) and (v.is_floating_point() or self.cast_all)
                                        and v.dtype != self.dtype for v in vals)
+                self.set64_nbytes, self.refresh_nbytes = _judging_copies(vals, self.dtype, self.cast_all)
             if reproducible:
                 rng = _rng_state(device)
                 again, where2 = draw_inputs(mod, s, self._gen_device)
@@ -907,9 +931,10 @@ class ProblemContext:
                     # At most the set's float64 upcast and the twin's outputs (or the twin's outputs, a
                     # copy of the set and the reference's outputs) live at once beside the candidate's
                     # output: five times a 6 GiB set's bytes where one copy of the set, its upcast and both
-                    # outputs took six (H200 session 17: the trusted side's allocator held 54 GiB judging
-                    # L1/19's 6 GiB set). Taken by every large job (a set drawn again costs milliseconds)
-                    # and by a smaller one where the device is short of memory
+                    # outputs took six (H200 session 18, scripts/gpu/judge_peak.py: 24 GiB allocated beyond the
+                    # candidate's output against 30, and 24 reserved against 36). Taken by every large job and
+                    # by a smaller one where the device is short of memory. A set drawn again on the device
+                    # costs milliseconds; a set kept on the host is copied to the device twice
                     raw, vals = inputs()
                     src = raw if round_ is None else vals
                     del raw, vals
@@ -1755,8 +1780,7 @@ class DeviceEvaluator:
         out_nb = self._share_out_nbytes(ctx)
         sharing = self._share_ok is not False and ctx.share_places is not None and set_nb > 0
         refs = 0 if ctx.lazy_refs else int(ctx.ref_estimate_bytes)
-        temps = {"temp_bytes": int(getattr(ctx, "ref_temp_bytes", 0)),
-                 "temp64_bytes": int(getattr(ctx, "ref64_temp_bytes", 0))}
+        temps = DeviceEvaluator.judging_sizes(ctx)
         weights = self.weights_nbytes(int(getattr(ctx, "weight_init_bytes", 0)), int(getattr(ctx, "weight_bytes", 0)),
                                       int(getattr(ctx, "weight64_bytes", 0)),
                                       ablation=bool(getattr(ctx.protocol, "ablate_kernels", True)))
@@ -1780,6 +1804,23 @@ class DeviceEvaluator:
         return plan_at
 
     @staticmethod
+    def judging_sizes(ctx: Any) -> dict[str, int]:
+        """What :meth:`work_nbytes` takes of a :class:`ProblemContext` beside the set's and outputs' bytes (keyword
+        arguments): the reference's forward temporaries, and where the context measured them on set 0, the set's
+        float64 upcast, a refresh's buffers and the float64 twin's outputs (``ref_set_nbytes`` counts them beside
+        the run-precision outputs)."""
+        sizes = {"temp_bytes": int(getattr(ctx, "ref_temp_bytes", 0)),
+                 "temp64_bytes": int(getattr(ctx, "ref64_temp_bytes", 0))}
+        for k in ("set64_nbytes", "refresh_nbytes"):
+            v = getattr(ctx, k, None)
+            if isinstance(v, int) and v > 0:
+                sizes[k] = v
+        twin = getattr(ctx, "ref_set_nbytes", None)
+        if getattr(ctx, "fp64_judge", False) and isinstance(twin, int) and twin > int(ctx.out_nbytes):
+            sizes["out64_nbytes"] = twin - int(ctx.out_nbytes)
+        return sizes
+
+    @staticmethod
     def weights_nbytes(init_bytes: int, device_bytes: int, device64_bytes: int, *, ablation: bool = True) -> int:
         """The device memory a job's weights take (bytes), counted in its claim beside the rest: in the
         candidate's process, its ``ModelNew`` (taken to be as large as the reference as constructed,
@@ -1795,7 +1836,8 @@ class DeviceEvaluator:
 
     @staticmethod
     def work_nbytes(set_nbytes: int, out_nbytes: int, fp64_judge: bool, *, own_copies: int = 1,
-                    temp_bytes: int = 0, temp64_bytes: int = 0) -> int:
+                    temp_bytes: int = 0, temp64_bytes: int = 0, set64_nbytes: int | None = None,
+                    out64_nbytes: int | None = None, refresh_nbytes: int | None = None) -> int:
         """The device memory a job uses while it is judged beyond its shared buffers (bytes), counted in its
         claim in the memory ledger in place of the timing copies where it is larger:
 
@@ -1831,23 +1873,33 @@ class DeviceEvaluator:
             own_copies: sets the candidate's process keeps copies of (a large job keeps one).
             temp_bytes, temp64_bytes: the reference's forward temporaries beyond its outputs, at the run's
                 precision and in float64 (:attr:`ProblemContext.ref_temp_bytes`; 0 where not measured).
+            set64_nbytes, out64_nbytes: the set's float64 upcast and the twin's outputs (None: twice the set's and
+                the outputs' bytes, as for float32; four times for half precision).
+            refresh_nbytes: what refreshing a set for a timed round holds beyond the set (None: the set's bytes,
+                one buffer as for a float32 set at float32; :attr:`ProblemContext.refresh_nbytes`).
         """
         s, o = set_nbytes, out_nbytes
+        u = 2 * s if set64_nbytes is None else set64_nbytes
+        o64 = 2 * o if out64_nbytes is None else out64_nbytes
+        r = s if refresh_nbytes is None else refresh_nbytes
         candidate = (2 + own_copies) * s + 2 * o + temp_bytes
         if s + o >= LARGE_SET_BYTES:
             # a large job takes turns: the candidate's process hands its call's copies back before it
             # reports an output (worker.py, release_large), and the trusted side its judging's temporaries
             # and its copy of the output before the next call (_hand_back_judging); what stays in the
             # candidate's process while the trusted side judges: its own copy of the set and, after timing,
-            # the timing buffer the in-place re-check writes into
+            # the timing buffer the in-place re-check writes into. The judging's phases, in order
+            # (ProblemContext._compare_once): a set drawn and refreshed; it and its upcast; the upcast, the
+            # twin's outputs and temporaries; those outputs beside a second set drawn and refreshed; and
+            # beside that set, the reference's outputs and temporaries
             if fp64_judge:
-                judging = max(3 * s, 2 * s + 2 * o + temp64_bytes, s + 3 * o + temp_bytes)
+                judging = max(s + r, s + u, u + o64 + temp64_bytes, o64 + s + r, o64 + s + o + temp_bytes)
             else:
-                judging = max(2 * s, s + o + temp_bytes)
+                judging = max(s + r, s + o + temp_bytes)
             return max(candidate, o + judging + (1 + min(own_copies, 1)) * s)
         trusted = s + 2 * o + temp_bytes
         if fp64_judge:
-            trusted += 2 * s + 2 * o + max(0, temp64_bytes - temp_bytes)
+            trusted += u + o64 + max(0, temp64_bytes - temp_bytes)
         return candidate + trusted
 
     @contextlib.contextmanager

@@ -138,6 +138,8 @@ def refresh_values(src: torch.Tensor, round_: int, out: torch.Tensor | None = No
     scale = 1.0 + (1 if r % 2 else -1) * ((r // 2) % 1000 + 1) * 2.0 ** -17
     # float32 arithmetic for half-precision inputs, and a wiggle of at least two of their ulps, so the
     # values do change there too
+    grad = out is None and src.requires_grad and torch.is_grad_enabled()
+    src = src.detach()  # the buffer steps below are written with out=, which autograd does not take
     work = src if src.dtype in (torch.float32, torch.float64) else src.float()
     wiggle = max(REFRESH_WIGGLE, 2.0 * torch.finfo(src.dtype).eps)
     # the cosine's argument is bounded (1.7 x / (1 + |x|)), so the map stays increasing for every x. One
@@ -150,9 +152,13 @@ def refresh_values(src: torch.Tensor, round_: int, out: torch.Tensor | None = No
     factor.mul_(wiggle).add_(scale)
     factor.nan_to_num_(nan=scale)  # +-inf inputs (cos(nan)): only the uniform scale, so they stay +-inf
     if work is src:
-        return torch.mul(src, factor, out=factor if out is None else out)
-    res = torch.mul(work, factor, out=factor).to(src.dtype)
-    return out.copy_(res) if out is not None else res
+        res = torch.mul(src, factor, out=factor if out is None else out)
+    else:
+        res = torch.mul(work, factor, out=factor).to(src.dtype)
+        if out is not None:
+            return out.copy_(res)
+    # an input that requires grad gives refreshed values that do too (as a new leaf: same values)
+    return res.requires_grad_() if grad else res
 
 
 def original_timers() -> dict[str, Any]:

@@ -561,47 +561,46 @@ class _LiveBytes:
 _ELEMENTWISE = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
                 "def get_inputs():\n    return [torch.randn(64, 4096)]\ndef get_init_inputs():\n    return []\n")
 _REDUCTION = _ELEMENTWISE.replace("torch.relu(x)", "x.sum(dim=1)")
+# two floating inputs and an integer one (indices: never cast, never refreshed, upcast as they are)
+_GATHER = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x, y, i):\n"
+           "        return (x * y).gather(1, i)\n"
+           "def get_inputs():\n    return [torch.randn(64, 4096), torch.randn(64, 4096), torch.randint(0, 4096, (64, 2048))]\n"
+           "def get_init_inputs():\n    return []\n")
 
 
-@pytest.mark.parametrize("code", [_ELEMENTWISE, _REDUCTION], ids=["elementwise", "reduction"])
-def test_a_large_jobs_judging_holds_what_its_claim_counts(tmp_path, monkeypatch, code):
+@pytest.mark.parametrize("code,precision", [(_ELEMENTWISE, "fp32"), (_REDUCTION, "fp32"), (_GATHER, "fp32"),
+                                            (_ELEMENTWISE, "fp16"), (_ELEMENTWISE, "bf16"), (_GATHER, "fp16")],
+                         ids=["elementwise", "reduction", "gather", "elementwise-fp16", "elementwise-bf16",
+                              "gather-fp16"])
+def test_a_large_jobs_judging_holds_what_its_claim_counts(tmp_path, monkeypatch, code, precision):
     """Measured (live tensor bytes on the CPU, the allocator's allocated count on a GPU): a large job's lazy
-    judging against float64, as stored and after a timed round's refresh, holds no more than the trusted
-    side's term of its claim (work_nbytes with no copies of the candidate's), and for an elementwise problem
-    exactly 5 sets with the candidate's output: the float64 twin runs first on a copy of its own. With one
-    copy of the set for both forwards it held 6 (H200 session 17: 54 GiB in the allocator for L1/19)."""
+    judging against float64 (compare_on, as stored and after a timed round's refresh), up to the comparison
+    itself, holds no more than the trusted side's term of its claim (work_nbytes with the context's sizes and no
+    copies of the candidate's), and for an elementwise float32 problem exactly 5 sets with the candidate's
+    output: the float64 twin runs first on a copy of its own. With one copy of the set for both forwards it held
+    6 (H200 session 17: 54 GiB in the allocator for L1/19). Half precision: the twin's outputs are four times
+    the outputs, and a refresh holds a float32 copy and buffer (a review found both counted short)."""
     monkeypatch.setattr(ProblemContext, "large", property(lambda self: True))
-    ctx = ProblemContext(Problem(1, 9919, "Large_test", code), get_protocol("kbench"), 3, torch.device("cpu"),
-                         tmp_path, ref_budget_bytes=0)
+    ctx = ProblemContext(Problem(1, 9919, "Large_test", code), get_protocol("kbench", precision), 3,
+                         torch.device("cpu"), tmp_path, ref_budget_bytes=0)
     assert ctx.lazy_refs and ctx.fp64_judge
     s, o = ctx.set_nbytes, ctx.out_nbytes
     monkeypatch.setattr(device_mod, "LARGE_SET_BYTES", 1)  # the formula's large branch for this small set
-    judging = DeviceEvaluator.work_nbytes(s, o, True, own_copies=0) - s  # less the candidate's timing buffer
+    # less the candidate's timing buffer (work_nbytes counts it beside the judging)
+    judging = DeviceEvaluator.work_nbytes(s, o, True, own_copies=0, **DeviceEvaluator.judging_sizes(ctx)) - s
+    seen = []
+    monkeypatch.setattr(ctx, "_judged", lambda outs_, ref, ref64: seen.append(ref64[0].dtype) or True)
     for round_ in (None, 3):
-        outs = [ctx.compare_on(0, round_, [torch.zeros(1)]) and None]  # warm: the judge's lazy imports
-        x = ctx.set_values(0)[0]
+        vals = device_mod._cast_set(ctx.set_values(0), ctx.dtype, ctx.cast_all)
         if round_ is not None:
-            x = device_mod._timing.refresh_values(x, round_)
-        outs = [ctx.model(x)]  # the candidate's output, copied out
-        del x
-        seen = {}
-        monkeypatch.setattr(ctx, "_judged", lambda outs_, ref, ref64: seen.setdefault("ok", True))
+            vals = [device_mod._timing.refresh_values(v, round_) if v.is_floating_point() else v for v in vals]
+        outs = [ctx.model(*vals).detach()]  # the candidate's output, copied out
+        del vals
         with _LiveBytes() as live:
-            ctx._compare_once(outs, 0, round_, lambda: _inputs(ctx, round_), tight=False)
-        assert seen == {"ok": True}
-        held = live.peak + o  # the candidate's output, allocated before
+            ctx.compare_on(0, round_, outs)
+        held = live.peak + o  # with the candidate's output, allocated before
         assert held <= judging, (round_, held / s, judging / s)
-        if code is _ELEMENTWISE:
+        if code is _ELEMENTWISE and precision == "fp32":
             assert held == 5 * s == judging, (round_, held / s)
-        monkeypatch.undo()
-        monkeypatch.setattr(ProblemContext, "large", property(lambda self: True))
-        monkeypatch.setattr(device_mod, "LARGE_SET_BYTES", 1)
+    assert seen == [torch.float64, torch.float64]
     ctx.free()
-
-
-def _inputs(ctx, round_):
-    raw = ctx.set_values(0)
-    vals = device_mod._cast_set(raw, ctx.dtype, ctx.cast_all)
-    if round_ is not None:
-        vals = [device_mod._timing.refresh_values(v, round_) for v in vals]
-    return raw, vals

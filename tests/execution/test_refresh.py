@@ -84,3 +84,16 @@ def test_the_refresh_in_one_buffer_is_bit_for_bit_the_formula(dtype):
         buf = torch.empty_like(x)
         assert refresh_values(x, r, out=buf) is buf and torch.equal(buf.view(bits), want.view(bits))
         assert not torch.equal(got.view(bits), x.view(bits))  # the values did change
+
+
+def test_an_input_that_requires_grad_is_refreshed_to_the_same_values():
+    """A reference may run with grad on (protocol reference_no_grad False) on inputs that require it: the
+    refresh's buffer steps (out=) must not meet autograd, and the values must not change."""
+    x = torch.randn(300, 7, requires_grad=True)
+    got = refresh_values(x, 5)
+    assert got.requires_grad and torch.equal(got.detach(), refresh_values(x.detach(), 5))
+    with torch.no_grad():
+        assert not refresh_values(x, 5).requires_grad
+    half = torch.randn(64, dtype=torch.float16, requires_grad=True)
+    assert torch.equal(refresh_values(half, 2).detach(), refresh_values(half.detach(), 2))
+    assert not x.grad  # nothing flowed into the input
