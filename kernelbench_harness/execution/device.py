@@ -271,7 +271,8 @@ def _judging_copies(vals: list[Any], dtype: torch.dtype, cast_all: bool) -> tupl
     for v in vals:
         if not isinstance(v, torch.Tensor):
             continue
-        upcast += v.numel() * 8 if v.is_floating_point() else v.numel() * v.element_size()
+        # (under cast_all a refreshed set's integers are upcast from their floating copies: 8 bytes too)
+        upcast += v.numel() * 8 if v.is_floating_point() or cast_all else v.numel() * v.element_size()
         if v.is_floating_point() or cast_all:
             refresh += v.numel() * ((item if v.dtype != dtype else 0) + (item if item >= 4 else 8 + item))
     return upcast, refresh
@@ -691,6 +692,9 @@ class ProblemContext:
         if not want64:  # what storing costs: no twins for a random reference
             self.ref_set_nbytes = set0_nbytes
             self.ref_estimate_bytes = n_sets * self.ref_set_nbytes
+        # the float64 twin's outputs (bytes, for the memory claims): set 0's, scaled to the largest set's outputs
+        self.out64_nbytes = (-(-twin_nbytes * self.out_nbytes // set0_nbytes) if set0_nbytes else twin_nbytes) \
+            if want64 else 0
         if want64:
             if device.type == "cuda" and self.large:
                 # the set-sized blocks that the draws, the reference's evaluations and the determinism check
@@ -1806,18 +1810,17 @@ class DeviceEvaluator:
     @staticmethod
     def judging_sizes(ctx: Any) -> dict[str, int]:
         """What :meth:`work_nbytes` takes of a :class:`ProblemContext` beside the set's and outputs' bytes (keyword
-        arguments): the reference's forward temporaries, and where the context measured them on set 0, the set's
-        float64 upcast, a refresh's buffers and the float64 twin's outputs (``ref_set_nbytes`` counts them beside
-        the run-precision outputs)."""
+        arguments): the reference's forward temporaries, and where the context measured them, the set's float64
+        upcast and a refresh's buffers (set 0) and the float64 twin's outputs (``out64_nbytes``)."""
         sizes = {"temp_bytes": int(getattr(ctx, "ref_temp_bytes", 0)),
                  "temp64_bytes": int(getattr(ctx, "ref64_temp_bytes", 0))}
         for k in ("set64_nbytes", "refresh_nbytes"):
             v = getattr(ctx, k, None)
             if isinstance(v, int) and v > 0:
                 sizes[k] = v
-        twin = getattr(ctx, "ref_set_nbytes", None)
-        if getattr(ctx, "fp64_judge", False) and isinstance(twin, int) and twin > int(ctx.out_nbytes):
-            sizes["out64_nbytes"] = twin - int(ctx.out_nbytes)
+        twin = getattr(ctx, "out64_nbytes", None)
+        if getattr(ctx, "fp64_judge", False) and isinstance(twin, int) and twin > 0:
+            sizes["out64_nbytes"] = twin
         return sizes
 
     @staticmethod
@@ -1897,10 +1900,17 @@ class DeviceEvaluator:
             else:
                 judging = max(s + r, s + o + temp_bytes)
             return max(candidate, o + judging + (1 + min(own_copies, 1)) * s)
-        trusted = s + 2 * o + temp_bytes
+        # a smaller job judges with one copy of the set: the set drawn and refreshed, with its upcast; the set, the
+        # upcast and the reference's outputs; the upcast, those outputs and the twin's (each phase with the
+        # candidate's output). Never less than the sum counted before the phases were (a float32 set's judging
+        # then counted 3 sets and 4 outputs): small claims stay as they were where that was enough
         if fp64_judge:
-            trusted += u + o64 + max(0, temp64_bytes - temp_bytes)
-        return candidate + trusted
+            phases = o + max(s + r + u, max(s, r) + u + o + temp_bytes, u + o + o64 + temp64_bytes)
+            summed = s + 2 * o + temp_bytes + 2 * s + 2 * o + max(0, temp64_bytes - temp_bytes)
+        else:
+            phases = o + max(s + r, s + o + temp_bytes)
+            summed = s + 2 * o + temp_bytes
+        return candidate + max(phases, summed)
 
     @contextlib.contextmanager
     def _gpu_work(self) -> Iterator[None]:

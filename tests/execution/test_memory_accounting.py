@@ -568,39 +568,73 @@ _GATHER = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x
            "def get_init_inputs():\n    return []\n")
 
 
-@pytest.mark.parametrize("code,precision", [(_ELEMENTWISE, "fp32"), (_REDUCTION, "fp32"), (_GATHER, "fp32"),
-                                            (_ELEMENTWISE, "fp16"), (_ELEMENTWISE, "bf16"), (_GATHER, "fp16")],
-                         ids=["elementwise", "reduction", "gather", "elementwise-fp16", "elementwise-bf16",
-                              "gather-fp16"])
-def test_a_large_jobs_judging_holds_what_its_claim_counts(tmp_path, monkeypatch, code, precision):
-    """Measured (live tensor bytes on the CPU, the allocator's allocated count on a GPU): a large job's lazy
-    judging against float64 (compare_on, as stored and after a timed round's refresh), up to the comparison
-    itself, holds no more than the trusted side's term of its claim (work_nbytes with the context's sizes and no
-    copies of the candidate's), and for an elementwise float32 problem exactly 5 sets with the candidate's
-    output: the float64 twin runs first on a copy of its own. With one copy of the set for both forwards it held
-    6 (H200 session 17: 54 GiB in the allocator for L1/19). Half precision: the twin's outputs are four times
-    the outputs, and a refresh holds a float32 copy and buffer (a review found both counted short)."""
-    monkeypatch.setattr(ProblemContext, "large", property(lambda self: True))
-    ctx = ProblemContext(Problem(1, 9919, "Large_test", code), get_protocol("kbench", precision), 3,
+# a half-precision set (get_inputs returns float16), and a boolean mask (cast to floats under the kernelbench protocol)
+_HALF_IN = _ELEMENTWISE.replace("torch.randn(64, 4096)", "torch.randn(64, 4096).half()")
+_MASKED = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x, m):\n        return torch.cumsum(x * m, dim=1)\n"
+           "def get_inputs():\n    return [torch.randn(64, 4096), torch.rand(64, 4096) > 0.5]\n"
+           "def get_init_inputs():\n    return []\n")
+_JUDGED = [  # id, problem, protocol, precision, overrides, large
+    ("elementwise", _ELEMENTWISE, "kbench", "fp32", {}, True),
+    ("reduction", _REDUCTION, "kbench", "fp32", {}, True),
+    ("gather", _GATHER, "kbench", "fp32", {}, True),
+    ("elementwise-fp16", _ELEMENTWISE, "kbench", "fp16", {}, True),
+    ("elementwise-bf16", _ELEMENTWISE, "kbench", "bf16", {}, True),
+    ("gather-fp16", _GATHER, "kbench", "fp16", {}, True),
+    ("half-inputs-fp16", _HALF_IN, "kbench", "fp16", {}, True),
+    ("half-inputs-fp32", _HALF_IN, "kbench", "fp32", {}, True),
+    ("masked-kernelbench-fp64", _MASKED, "kernelbench", "fp32", {"judge": "fp64-bound"}, True),
+    ("small-elementwise", _ELEMENTWISE, "kbench", "fp32", {}, False),
+    ("small-gather", _GATHER, "kbench", "fp32", {}, False),
+    ("small-half-inputs-fp16", _HALF_IN, "kbench", "fp16", {}, False),
+    ("small-masked-kernelbench-fp64", _MASKED, "kernelbench", "fp32", {"judge": "fp64-bound"}, False),
+]
+
+
+@pytest.mark.parametrize("code,protocol,precision,overrides,large", [j[1:] for j in _JUDGED],
+                         ids=[j[0] for j in _JUDGED])
+def test_a_jobs_judging_holds_what_its_claim_counts(tmp_path, monkeypatch, code, protocol, precision, overrides, large):
+    """Measured (live tensor bytes on the CPU, the allocator's allocated count on a GPU): a job's lazy judging
+    against float64 (compare_on, as stored and after a timed round's refresh), up to the comparison itself, holds
+    no more than the trusted side's term of its claim (work_nbytes with the context's sizes, less the candidate's
+    process's part), and for a large elementwise float32 problem exactly 5 sets with the candidate's output: the
+    float64 twin runs first on a copy of its own. With one copy of the set for both forwards it held 6 (H200
+    session 17: 54 GiB in the allocator for L1/19). A smaller job keeps the one-copy path. Half precision (the
+    twin's outputs four times the outputs; a refresh's float32 copy and buffer), half-precision inputs, integer
+    inputs and a mask cast to floats under the kernelbench protocol were each counted short once (reviews)."""
+    monkeypatch.setattr(ProblemContext, "large", property(lambda self: large))
+    ctx = ProblemContext(Problem(1, 9919, "Large_test", code), get_protocol(protocol, precision, **overrides), 3,
                          torch.device("cpu"), tmp_path, ref_budget_bytes=0)
     assert ctx.lazy_refs and ctx.fp64_judge
     s, o = ctx.set_nbytes, ctx.out_nbytes
-    monkeypatch.setattr(device_mod, "LARGE_SET_BYTES", 1)  # the formula's large branch for this small set
-    # less the candidate's timing buffer (work_nbytes counts it beside the judging)
-    judging = DeviceEvaluator.work_nbytes(s, o, True, own_copies=0, **DeviceEvaluator.judging_sizes(ctx)) - s
+    # the forwards' temporaries beyond their outputs, measured here as the context measures them on a GPU
+    ctx.ref_temp_bytes = _forward_temps(ctx.model, device_mod._cast_set(ctx.set_values(0), ctx.dtype, ctx.cast_all))
+    ctx.ref64_temp_bytes = _forward_temps(ctx._m64, device_mod._upcast(ctx.set_values(0), ctx.device))
+    # the formula's large branch for this small set, or its smaller one
+    monkeypatch.setattr(device_mod, "LARGE_SET_BYTES", 1 if large else 1 << 40)
+    work = DeviceEvaluator.work_nbytes(s, o, True, own_copies=0, **DeviceEvaluator.judging_sizes(ctx))
+    # the trusted side's part: a large job's less the candidate's timing buffer counted beside it; a smaller
+    # one's less the candidate's process (the clone and pristine copy, its output and the poisoned block)
+    judging = work - s if large else work - (2 * s + 2 * o + ctx.ref_temp_bytes)
     seen = []
     monkeypatch.setattr(ctx, "_judged", lambda outs_, ref, ref64: seen.append(ref64[0].dtype) or True)
     for round_ in (None, 3):
         vals = device_mod._cast_set(ctx.set_values(0), ctx.dtype, ctx.cast_all)
         if round_ is not None:
             vals = [device_mod._timing.refresh_values(v, round_) if v.is_floating_point() else v for v in vals]
-        outs = [ctx.model(*vals).detach()]  # the candidate's output, copied out
+        outs = [ctx.model(*vals).detach().clone()]  # the candidate's output, copied out
         del vals
         with _LiveBytes() as live:
             ctx.compare_on(0, round_, outs)
         held = live.peak + o  # with the candidate's output, allocated before
         assert held <= judging, (round_, held / s, judging / s)
-        if code is _ELEMENTWISE and precision == "fp32":
+        if code is _ELEMENTWISE and precision == "fp32" and large:
             assert held == 5 * s == judging, (round_, held / s)
     assert seen == [torch.float64, torch.float64]
     ctx.free()
+
+
+def _forward_temps(model, args) -> int:
+    """The most bytes ``model(*args)`` held beyond its outputs (live tensor storage)."""
+    with torch.no_grad(), _LiveBytes() as live:
+        out = model(*args)
+    return max(0, live.peak - sum(t.untyped_storage().nbytes() for t in [out] if isinstance(t, torch.Tensor)))
