@@ -36,6 +36,8 @@ def main() -> int:
     ap.add_argument("--since", default=None, type=utc_time,
                     help="only results stored at or after this UTC time (e.g. '2026-12-02 07:06'): one call of a run "
                          "resumed over several")
+    ap.add_argument("--until", default=None, type=utc_time,
+                    help="only results stored before this UTC time (e.g. '2026-12-03 02:53'): with --since, one call")
     a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from kernelbench_harness.execution.memledger import UTIL
@@ -52,6 +54,9 @@ def main() -> int:
         if a.since:
             atts = [at for at in atts if at.created_at and at.created_at.replace(tzinfo=None) >= a.since]
             print(f"   (results stored since {a.since}: {len(atts)})")
+        if a.until:
+            atts = [at for at in atts if at.created_at and at.created_at.replace(tzinfo=None) < a.until]
+            print(f"   (results stored before {a.until}: {len(atts)})")
         wall = (info.finished_at - info.created_at).total_seconds() if info.finished_at and info.created_at else None
         phases: dict[str, float] = defaultdict(float)
         windows = []
