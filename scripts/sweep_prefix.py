@@ -12,27 +12,29 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lane_small_waits import load, utc_time  # noqa: E402  (one reader of a run's results, one time format)
 
 
 def result_times(db: str, run: str, until: datetime | None) -> list[float]:
     """Seconds from the run's first job start to each of its results, in order (results after ``until`` left out).
 
     Raises:
-        SystemExit: the run has no results in ``db`` before ``until``.
+        SystemExit: the store or the run is missing, or the run has no results in ``db`` up to ``until``.
     """
-    from kernelbench_harness.store import Store
+    from kernelbench_harness.errors import StoreError
 
-    ats = sorted(Store(db, create=False).attempts(run), key=lambda a: a.created_at)
-    if until is not None:
-        ats = [a for a in ats if a.created_at < until]
-    if not ats:
-        raise SystemExit(f"{run} has no results in {db}" + (f" before {until}" if until else ""))
-    t0 = min(a.created_at.timestamp() - float(a.result.phase_s.get("total", 0.0)) for a in ats)
-    return [a.created_at.timestamp() - t0 for a in ats]
+    try:
+        rows = load(db, run, None, until)
+    except StoreError as e:
+        raise SystemExit(f"{db}: {e}") from None
+    if not rows:
+        raise SystemExit(f"{run} has no results in {db}" + (f" up to {until}" if until else ""))
+    t0 = min(at - float(phase.get("total", 0.0)) for _l, _p, phase, _e, at in rows)
+    return [at - t0 for *_rest, at in rows]
 
 
 def main() -> int:
@@ -52,9 +54,9 @@ def main() -> int:
         until = None
         if until_text:
             try:
-                until = datetime.fromisoformat(until_text).replace(tzinfo=timezone.utc)
-            except ValueError:
-                ap.error(f"{until_text!r} is not a time; give one like 2026-12-03T02:53")
+                until = utc_time(until_text)
+            except argparse.ArgumentTypeError as e:
+                ap.error(str(e))
         t = result_times(db, run, until)
         parts = [f"n={n}: {t[n - 1]:.1f} s" for n in at if n <= len(t)]
         print(f"{run}: {len(t)} results; first {t[0]:.1f} s after the first job started; " + "; ".join(parts))

@@ -57,6 +57,8 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of the script (no memory figures)")
     args = ap.parse_args()
     rows = int(args.gib * (1 << 30) / 4 / (1 << 20))
+    if rows < 1 or args.repeat < 1:
+        ap.error(f"--gib {args.gib} --repeat {args.repeat}: expected at least 1/256 GiB and one repeat")
     cuda = torch.device(args.device)
     on_gpu = cuda.type == "cuda"
 
