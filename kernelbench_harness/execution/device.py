@@ -488,9 +488,17 @@ class ProblemContext:
 
     def __init__(self, problem: Problem, protocol: Protocol, run_seed: int, device: torch.device,
                  root: Path, ref_budget_bytes: int | None = None, redraw: bool | None = None,
-                 memory_share: float = 1.0, shared_device: bool = False) -> None:
+                 memory_share: float = 1.0, shared_device: bool = False,
+                 host_stretch: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+                 between: Callable[[], Any] | None = None) -> None:
         # the fraction of the device's memory the slot plans for (see DeviceEvaluator's ``memory_share``)
         self.memory_share = memory_share
+        # host_stretch(): a context for the set-up's host work (the problem's module executed, its model
+        # built and copied on the host), during which the slot's hold on the device is given up; between():
+        # called between the set-up's device steps (the reference's evaluations), where a timing window
+        # another slot queued may go first (DeviceEvaluator.context). Neither changes what is computed
+        off_device = host_stretch or contextlib.nullcontext
+        step = between or (lambda: None)
         # other slots' jobs run on this device: the float64 twin running out of memory at set-up raises
         # (the slot evaluates again with the device to itself) instead of judging with allclose
         if ref_budget_bytes is None:
@@ -508,7 +516,8 @@ class ProblemContext:
         self.flags: list[str] = []
         t0 = time.perf_counter()
         apply_tf32(protocol.tf32)
-        mod = _exec_problem(problem)
+        with off_device():
+            mod = _exec_problem(problem)
         self.module = mod
         n_correct = protocol.correct_trials
         self.n_correct = n_correct
@@ -523,16 +532,17 @@ class ProblemContext:
             seeds = [_derive_seed(run_seed, problem.code_sha256, "inputs", i) for i in range(n_sets)]
             self.weights_seed = _derive_seed(run_seed, problem.code_sha256, "weights")
         self.seeds = seeds
-        try:
-            init = list(mod.get_init_inputs())
-            self.init_inputs = init
-            torch.manual_seed(self.weights_seed)
-            model = mod.Model(*init)
-        except Exception as e:
-            raise ReferenceError_(f"Model(*get_init_inputs()) fails: {type(e).__name__}: {e}") from None
-        self.cpu_state = {k: v.detach().clone() for k, v in model.state_dict().items()} \
-            if isinstance(model, torch.nn.Module) else {}
-        self.model_cpu = copy.deepcopy(model)
+        with off_device():  # the model is built on the host (KernelBench's references are), seconds for large ones
+            try:
+                init = list(mod.get_init_inputs())
+                self.init_inputs = init
+                torch.manual_seed(self.weights_seed)
+                model = mod.Model(*init)
+            except Exception as e:
+                raise ReferenceError_(f"Model(*get_init_inputs()) fails: {type(e).__name__}: {e}") from None
+            self.cpu_state = {k: v.detach().clone() for k, v in model.state_dict().items()} \
+                if isinstance(model, torch.nn.Module) else {}
+            self.model_cpu = copy.deepcopy(model)
         model = model.to(device)
         if self.dtype != torch.float32:
             model = model.to(self.dtype)
@@ -648,6 +658,7 @@ class ProblemContext:
                                       oom=_device_oom(e)) from None
 
         self.refs.append(run_ref(self.set_values(0), measure=True))
+        step()
         want64 = protocol.judge == "fp64-bound"
         set0_nbytes = tensor_nbytes(torch, self.refs[0])
         twin_nbytes = sum(o.numel() * self._twin_itemsize(o) for o in self.refs[0] if isinstance(o, torch.Tensor))
@@ -683,8 +694,10 @@ class ProblemContext:
         if not self.lazy_refs:
             for i in range(1, n_sets):
                 self.refs.append(run_ref(self.set_values(i)))
+                step()
             if not checked:
                 check_determinism()  # after the other sets: a reference that depends on earlier calls differs
+                step()
             self.out_nbytes = max(tensor_nbytes(torch, r) for r in self.refs)
         random_ref = "nondeterministic-reference" in self.flags
         # a random reference is judged with allclose against its stored draw: no float64 twin
@@ -703,7 +716,7 @@ class ProblemContext:
                 # trusted side peaked at 52.5 GiB with its judging at 30)
                 torch.cuda.empty_cache()
             try:
-                self._m64 = self._model64()
+                self._m64 = self._model64(off_device)
                 self.weight64_bytes = module_nbytes(torch, self._m64, device_only=True)
                 with grad():
                     args64 = _upcast(self.set_values(0), device)
@@ -716,8 +729,10 @@ class ProblemContext:
                         # evaluation is flagged (and judged with allclose) from the first candidate on
                         del out64
                     else:
-                        self.refs64 = [out64] + [_detach_outputs(self._m64(*_upcast(self.set_values(i), device)))
-                                                 for i in range(1, n_sets)]
+                        self.refs64 = [out64]
+                        for i in range(1, n_sets):
+                            step()
+                            self.refs64.append(_detach_outputs(self._m64(*_upcast(self.set_values(i), device))))
             except Exception as e:
                 if shared_device and _device_oom(e):  # others' memory perhaps: no verdict on a weaker judge
                     raise ReferenceError_(f"the float64 reference ran out of device memory: {type(e).__name__}: "
@@ -774,7 +789,8 @@ class ProblemContext:
             self._sets_enc = enc
         return self._sets_enc
 
-    def _model64(self) -> Any:
+    def _model64(self, off_device: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+                 ) -> Any:
         """A float64 copy of the reference model on the device (weights as first initialised): each floating
         tensor moved and cast in one step, one tensor at a time. Moved whole, then cast (``.to(device)
         .double()``), the float32 copy stayed in this process's allocator cache beside the twin; cast whole on
@@ -784,7 +800,9 @@ class ProblemContext:
 
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device, torch.float64) if t.is_floating_point() else t.to(device)
-        return copy.deepcopy(self.model_cpu)._apply(move)
+        with off_device():  # the host copy (seconds for a model of several GiB) does no device work
+            twin = copy.deepcopy(self.model_cpu)
+        return twin._apply(move)
 
     @staticmethod
     def _twin_itemsize(o: torch.Tensor) -> int:
@@ -1070,6 +1088,7 @@ class DeviceEvaluator:
         # the device's identity on this host, for the host-wide timing lock (CUDA devices only)
         self.host_lock_key: str | None = device_lock_key(self.device)
         self._gpu_share: HostDeviceLock | None = None  # held shared while evaluate() computes untimed (_gpu_work)
+        self._host_off = False  # that hold is given up for a stretch of host work (_host_stretch)
         base = Path(scratch_dir) if scratch_dir else _default_scratch()
         self.scratch, self._scratch_fd = claim_scratch(base, "kbdev_")  # a killed run's folder is swept later
         self.build_cache = Path(build_cache) if build_cache else None
@@ -1293,9 +1312,15 @@ class DeviceEvaluator:
             probe = self.__dict__["_nvml"] = NvmlProbe(uuid)
         return probe
 
-    def context(self, problem: Problem, protocol: Protocol, run_seed: int) -> ProblemContext:
+    def context(self, problem: Problem, protocol: Protocol, run_seed: int,
+                phase: dict[str, float] | None = None) -> ProblemContext:
         """The cached :class:`ProblemContext` (one problem kept at a time, to bound memory), made again
         when the reference budget (:meth:`ProblemContext.reference_budget_bytes`) has changed.
+
+        While a new one is set up, its host work (the problem's module, its model built and copied on the
+        host) runs with this slot's hold on the device given up (:meth:`_host_stretch`), and a timing window
+        another slot queued goes first between the reference's evaluations (:meth:`_gpu_yield`); the seconds
+        this slot waits for windows go to ``phase["yield_wait"]`` (``phase``: None, not recorded).
 
         Raises:
             ReferenceError_: the problem's own code fails.
@@ -1314,7 +1339,8 @@ class DeviceEvaluator:
             shared_device = self.memory_ledger is not None and (not self._alone or self._alone_fell)
             ctx, peak = _peak_during(self.device, lambda: ProblemContext(
                 problem, protocol, run_seed, self.device, self.scratch, ref_budget_bytes=budget,
-                memory_share=self.memory_share, shared_device=shared_device))
+                memory_share=self.memory_share, shared_device=shared_device,
+                host_stretch=lambda: self._host_stretch(phase), between=lambda: self._gpu_yield(None, phase)))
             # what setting this problem up took, for the set-up's claim when it is set up again
             self._setup_peaks[(problem.code_sha256, protocol.fingerprint())] = peak
             self._contexts[key] = ctx
@@ -1930,8 +1956,52 @@ class DeviceEvaluator:
             self._gpu_share = None
             lk.release()
 
+    @contextlib.contextmanager
+    def _host_stretch(self, phase: dict[str, float] | None = None) -> Iterator[None]:
+        """Trusted host work inside a job that does no device work (the reference's module executed, its
+        model built and copied on the host: 10-22 s for KernelBench's largest level-2 and level-3 models): this
+        slot's shared hold on the device's host lock (:meth:`_gpu_work`) is given up for it and taken back
+        after, once no window of the run is queued (:meth:`_take_shared`). Held through it, a timing window
+        queued meanwhile waited for all of it, and the other slots for that window (H200 session 18: windows
+        waited 19.5 s and 14.6 s for L3/2's set-up and construction). The seconds spent taking the hold back
+        go to ``phase["yield_wait"]``. Without a hold (the CPU, or already given up) this does nothing.
+
+        Raises:
+            RuntimeError: the hold could not be taken back (the lock files went away).
+        """
+        lk = self._gpu_share
+        if lk is None or self._host_off:
+            yield
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        lk.release()
+        self._host_off = True
+        try:
+            yield
+        finally:
+            self._host_off = False
+            t0 = time.perf_counter()
+            try:
+                self._take_shared(lk)
+            except OSError as e:
+                self._gpu_share = None
+                raise RuntimeError(f"taking the device's host lock back failed: {e}") from None
+            if phase is not None:
+                phase["yield_wait"] = phase.get("yield_wait", 0.0) + time.perf_counter() - t0
+
+    #: in a candidate's steps that are host work (its build: the candidate's module imported; its
+    #: construction: ``ModelNew`` built on the host, weights carried, moved to the device), the trusted side
+    #: looks this often (s) for a timing window queued by another slot, and lets it in mid-step
+    #: (:meth:`_gpu_yield` with ``midstep``)
+    MIDSTEP_POLL_S = 0.05
+    #: a candidate's process stopped mid-step may have device work in flight that its import or constructor
+    #: started (a tensor made on the device, a copy of its weights): the lock is given up this long (s) after
+    #: the stop, when that work has finished
+    MIDSTEP_GRACE_S = 0.05
+
     def _gpu_yield(self, h: ChildHandle | None, phase: dict[str, float] | None = None,
-                   deadline: float | None = None) -> float:
+                   deadline: float | None = None, midstep: bool = False) -> float:
         """Let a timing window that another slot (or run) queued on this device go first: where this
         slot holds the host lock shared (:meth:`_gpu_work`) and a window is queued (another of the run's
         slots flags one in ``window_queue``, or someone waits at the lock's turnstile,
@@ -1940,8 +2010,10 @@ class DeviceEvaluator:
         the other slot times), give the lock up and take it back shared once no window is queued,
         then let the process go on.
 
-        Call it only where the candidate's process waits for the trusted side's next command: its
-        honest GPU work is then finished (each of its answers follows a device synchronisation).
+        Call it where the candidate's process waits for the trusted side's next command: its honest GPU
+        work is then finished (each of its answers follows a device synchronisation). Inside a step of host
+        work (``midstep``: the candidate's build or construction, where an honest candidate launches little
+        or nothing) it is stopped where it is, and the lock goes :attr:`MIDSTEP_GRACE_S` later.
         Without this, a window waits for every other slot's whole candidate (process start, build,
         correctness, rechecks: seconds); with it, for the step a slot is in.
 
@@ -1950,6 +2022,9 @@ class DeviceEvaluator:
             phase: where the seconds spent waiting are added up (``yield_wait``), or None.
             deadline: ``time.monotonic()`` by which the lock must be back (the candidate's own time
                 limit); None: no limit.
+            midstep: the candidate's process is inside a step of host work (build, construction), not
+                waiting for a command: the lock is given up :attr:`MIDSTEP_GRACE_S` after it is stopped,
+                and the yield counts in ``phase["midstep_yields"]`` too.
 
         Returns:
             Seconds waited (0.0 when nobody was queued or no host lock is held): the caller moves the
@@ -1962,7 +2037,7 @@ class DeviceEvaluator:
             RuntimeError: the lock could not be taken back at all (a harness error).
         """
         lk = self._gpu_share
-        if lk is None:
+        if lk is None or self._host_off:
             return 0.0
         try:
             if not (self._windows_queued() or lk.contended()):
@@ -1981,6 +2056,8 @@ class DeviceEvaluator:
             torch.cuda.synchronize(self.device)
         timed_out = False
         with _stopped(h, self.sandbox_on):
+            if midstep and h is not None:
+                time.sleep(self.MIDSTEP_GRACE_S)
             lk.release()
             try:
                 self._take_shared(lk, deadline)
@@ -2003,6 +2080,8 @@ class DeviceEvaluator:
         if phase is not None:
             phase["yield_wait"] = phase.get("yield_wait", 0.0) + waited
             phase["yields"] = phase.get("yields", 0.0) + 1.0
+            if midstep:
+                phase["midstep_yields"] = phase.get("midstep_yields", 0.0) + 1.0
         return waited
 
     def _evaluate(self, job: EvalJob) -> EvalResult:
@@ -2016,7 +2095,7 @@ class DeviceEvaluator:
         else:
             self._claim_for_setup(job.problem, protocol, job.run_seed, phase)
         try:
-            ctx = self.context(job.problem, protocol, job.run_seed)
+            ctx = self.context(job.problem, protocol, job.run_seed, phase)
         except ReferenceError_ as e:
             # out of device memory setting the reference up: the harness's failure (harness_error)
             return EvalResult(Outcome.RUNTIME_ERROR, error=f"reference failed: {e}", findings=tuple(findings),
@@ -2422,10 +2501,27 @@ class DeviceEvaluator:
                     findings.append(Finding("runtime.protocol", Severity.CHEAT, "protocol",
                                             "malformed finding from the candidate process"))
 
-        def expect(deadline: float, *events: str) -> dict[str, Any]:
+        moved_s = [0.0]  # seconds the deadlines moved by mid-step yields (expect with host_step)
+
+        def expect(deadline: float, *events: str, host_step: bool = False) -> dict[str, Any]:
+            """The candidate's next message of one of ``events``. ``host_step``: the process is in a step of
+            host work (build, construction) that a window queued meanwhile need not wait for: it is stopped
+            mid-step and let go on after the window (:meth:`_gpu_yield`); ``deadline`` moves by the wait, and
+            so does ``moved_s[0]``."""
             assert h is not None
             while True:
-                msg = h.chan.recv(timeout_s=max(0.0, deadline - time.monotonic()))
+                if host_step and self._gpu_share is not None and not self._host_off:
+                    try:
+                        msg = h.chan.recv(timeout_s=min(self.MIDSTEP_POLL_S, max(0.0, deadline - time.monotonic())))
+                    except ChannelTimeout:
+                        if time.monotonic() >= deadline:
+                            raise
+                        waited = self._gpu_yield(h, phase, deadline, midstep=True)
+                        deadline += waited
+                        moved_s[0] += waited
+                        continue
+                else:
+                    msg = h.chan.recv(timeout_s=max(0.0, deadline - time.monotonic()))
                 add(msg)
                 if msg.get("event") == "need_set" and "need_set" not in events:
                     self._stage_set(h, ctx, msg)
@@ -2455,7 +2551,7 @@ class DeviceEvaluator:
                                                   extra={"share_failed": True, "sandbox": env_note}), jobdir)
             mark("start")  # process start, sandbox, imports
             state = "build"
-            built = expect(mono0 + job.build_timeout_s, "built")
+            built = expect(mono0 + job.build_timeout_s, "built", host_step=True)
             build_info = built.get("build") or {}
             phase["build"] = float((built.get("phase_s") or {}).get("build", 0.0))
             if not built.get("ok"):
@@ -2470,7 +2566,9 @@ class DeviceEvaluator:
             # work: a timing window another slot queued on this device is let in there (_gpu_yield)
             run_deadline += self._gpu_yield(h, phase, run_deadline)
             h.chan.send({"cmd": "construct"})
-            constructed = expect(run_deadline, "constructed")
+            moved_s[0] = 0.0
+            constructed = expect(run_deadline, "constructed", host_step=True)
+            run_deadline += moved_s[0]
             weights = constructed.get("weights") or {}
             mark("build_construct")
             run_deadline += self._gpu_yield(h, phase, run_deadline)

@@ -276,9 +276,9 @@ def test_a_candidate_evaluates_alike_when_a_window_cuts_in(tmp_path: Path, monke
     seen: dict[str, object] = {}
     orig = DeviceEvaluator._gpu_yield
 
-    def cut_in(self, h, phase=None, deadline=None):  # noqa: ANN001, ANN202
+    def cut_in(self, h, phase=None, deadline=None, midstep=False):  # noqa: ANN001, ANN202
         calls.append(1)
-        if len(calls) == 2 and h is not None:  # after "built": the process waits for "construct"
+        if h is not None and not midstep and "thread" not in seen:  # after "built": it waits for "construct"
 
             def other_slot() -> None:
                 window.acquire()
@@ -292,7 +292,7 @@ def test_a_candidate_evaluates_alike_when_a_window_cuts_in(tmp_path: Path, monke
             t.start()
             seen["thread"] = t
             assert _wait_until(self._gpu_share.contended)
-        return orig(self, h, phase, deadline)
+        return orig(self, h, phase, deadline, midstep)
 
     monkeypatch.setattr(DeviceEvaluator, "_gpu_yield", cut_in)
     try:
@@ -401,3 +401,124 @@ def test_the_runs_queued_windows_follow_each_other_while_the_other_slots_wait(tm
         for ev in evs:
             ev.close()
 
+
+
+# a reference whose model takes 1 s to build on the host and whose forward takes 0.2 s: its set-up is a
+# stretch of several seconds (11 forwards under kbench's float64-bound judge, with 5 correctness sets)
+_SLOW_SETUP_CODE = '''\
+import time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        time.sleep(1.0)
+
+    def forward(self, x):
+        time.sleep(0.2)
+        return x * 2.0 + 1.0
+
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_window_queued_during_a_set_up_waits_neither_for_its_host_work_nor_for_all_its_forwards(tmp_path: Path) -> None:
+    """The reference's set-up holds the slot's shared hold only for device work: a window queued while its
+    model is built on the host gets the device at once, and one queued while it evaluates the reference
+    waits for one forward, not for the rest of the set-up (H200 session 18: windows waited 19.5 s for
+    L3/2's set-up, and every other slot with them)."""
+    from kernelbench_harness.core import Problem
+
+    problem = Problem(1, 903, "SlowSetUp_test", _SLOW_SETUP_CODE, "tests/execution/test_gpu_yield.py")
+    key = _key()
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    ev.host_lock_key = key
+    window = HostDeviceLock(key)
+    phase: dict[str, float] = {}
+    done: dict[str, object] = {}
+
+    def slot() -> None:
+        with ev._gpu_work():
+            t0 = time.perf_counter()
+            done["ctx"] = ev.context(problem, FAST_KBENCH, 7, phase)
+            done["setup_s"] = time.perf_counter() - t0
+            # the hold is back once the set-up is done: no window gets the lock meanwhile
+            probe = HostDeviceLock(key)
+            try:
+                probe.acquire(timeout_s=0.1)
+                done["held"] = False
+                probe.release()
+            except TimeoutError:
+                done["held"] = True
+
+    t = threading.Thread(target=slot)
+    try:
+        t.start()
+        time.sleep(0.4)  # the model is being built on the host (1 s)
+        first = window.acquire(timeout_s=5.0)
+        window.release()
+        time.sleep(1.2)  # past the build: the reference's forwards (0.2 s each)
+        second = window.acquire(timeout_s=10.0)
+        window.release()
+        t.join(20)
+        assert not t.is_alive()
+        assert done.get("held") is True, done
+        assert done["setup_s"] > 2.5, done  # the stretch went on around the windows
+        assert first < 0.3, f"a window waited {first:.2f} s for the reference's model to be built on the host"
+        assert second < 0.5, f"a window waited {second:.2f} s for the reference's forwards: more than one"
+        assert phase.get("yields", 0) >= 1 and phase.get("yield_wait", 0) >= 0.0, phase
+    finally:
+        window.release()
+        ev.close()
+
+
+def test_a_window_cuts_into_a_candidates_build_and_construction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate's build (its module imported) and construction (``ModelNew`` built) are host work: a
+    window another slot queues meanwhile gets the device with the candidate's process stopped mid-step
+    (``midstep_yields``), instead of waiting for the step to end; the verdict is unchanged."""
+    from execution.test_reference_budget import CORRECT
+
+    slow = "import time as _t\n_t.sleep(1.5)\n" + CORRECT
+    key = _key()
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    ev.host_lock_key = key
+    window = HostDeviceLock(key)
+    seen: dict[str, object] = {}
+    orig = DeviceEvaluator._gpu_yield
+
+    def cut_in(self, h, phase=None, deadline=None, midstep=False):  # noqa: ANN001, ANN202
+        if midstep and "thread" not in seen:  # the first poll in the build: the import sleeps 1.5 s
+
+            def other_slot() -> None:
+                seen["wait"] = window.acquire(timeout_s=5.0)
+                try:
+                    seen["state"] = Path(f"/proc/{h.pid}/stat").read_text().split(") ")[1][0]
+                    time.sleep(0.1)
+                finally:
+                    window.release()
+
+            t = threading.Thread(target=other_slot)
+            t.start()
+            seen["thread"] = t
+            assert _wait_until(self._gpu_share.contended)
+        return orig(self, h, phase, deadline, midstep)
+
+    monkeypatch.setattr(DeviceEvaluator, "_gpu_yield", cut_in)
+    try:
+        res = evaluate(ev, slow, AFFINE)
+        seen["thread"].join(5)  # type: ignore[attr-defined]
+        assert res.outcome is Outcome.CORRECT, describe(res)
+        assert seen.get("state") == "T", seen  # stopped mid-build while the other slot timed
+        assert seen["wait"] < 0.5, f"the window waited {seen['wait']:.2f} s: for the build's 1.5 s sleep"
+        assert res.phase_s.get("midstep_yields", 0) >= 1, res.phase_s
+    finally:
+        window.release()
+        ev.close()
