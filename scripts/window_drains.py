@@ -1,0 +1,89 @@
+"""How long a sweep's device sat with a timing window asked for and none running (the windows' "drains").
+
+    python scripts/window_drains.py --db results/sweep.db --run sweep-cached-all-6x [--first N] [--culprits S]
+
+A window takes the device's host lock exclusively, so it waits for every other slot's stretch of untimed GPU
+work under the shared hold to reach a point where it gives way; the slots that have already given way wait too.
+For each window (``extra["timing_windows"]``: ``start``, ``end``, ``host_lock_wait_s``) its request is
+``start - host_lock_wait_s``; its drain is the time from the later of its request and the end of the window
+before it to its own start (no window running, one asked for). Prints the windows' count, their share of the
+span (first request to last end), the drains' sum, mean, median, 90th percentile and maximum, and the largest
+drains. ``--culprits S``: for each drain of at least S seconds, the other jobs running meanwhile with the
+phases that can hold the device for long (``reference``: the set-up, ``construct``, ``slot_start``...).
+``--first N``: only the run's first N results in the order they were stored (a prefix, to compare runs cut
+at different points).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lane_small_waits import load  # noqa: E402
+
+_PHASES = ("memory_wait", "reference", "slot_start", "build", "construct", "trial_call_first", "slot_correctness",
+           "slot_recheck", "yield_wait", "midstep_yields")
+
+
+def drains(rows: list[tuple]) -> list[tuple[float, float, float, str]]:
+    """``(drain_s, asked_at, start, job)`` of each window of ``rows`` (see ``load``), in the order they started
+    (epoch seconds)."""
+    wins = sorted(((w["start"] - w.get("host_lock_wait_s", 0.0), w["start"], w["end"], f"L{lv}/{pid}")
+                   for lv, pid, _ph, ex, _at in rows for w in ex.get("timing_windows", [])), key=lambda w: w[1])
+    out, prev_end = [], float("-inf")
+    for asked, start, end, job in wins:
+        since = max(asked, prev_end)
+        out.append((max(0.0, start - since), since, start, job))
+        prev_end = max(prev_end, end)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--first", type=int, default=None, help="only the first N results stored")
+    ap.add_argument("--top", type=int, default=10, help="the largest drains listed (default 10)")
+    ap.add_argument("--culprits", type=float, default=None, metavar="S",
+                    help="jobs running during each drain of at least S seconds")
+    a = ap.parse_args()
+    try:
+        rows = load(a.db, a.run, None, None)
+    except Exception as e:  # noqa: BLE001 - a missing store or run: one line, not a traceback
+        print(f"cannot read run {a.run!r} from {a.db}: {e}", file=sys.stderr)
+        return 2
+    if a.first is not None:
+        rows = rows[: a.first]
+    ds = drains(rows)
+    if not ds:
+        print(f"{a.run}: no timing windows")
+        return 1
+    wins = [w for _lv, _pid, _ph, ex, _at in rows for w in ex.get("timing_windows", [])]
+    t0 = min(w["start"] - w.get("host_lock_wait_s", 0.0) for w in wins)
+    t1 = max(w["end"] for w in wins)
+    busy = sum(w["end"] - w["start"] for w in wins)
+    d = sorted(x[0] for x in ds)
+    print(f"{a.run}: {len(rows)} results, {len(wins)} windows over {t1 - t0:.1f} s; windows {busy:.1f} s "
+          f"({busy / (t1 - t0):.1%}); drains {sum(d):.1f} s ({sum(d) / (t1 - t0):.1%}): mean {statistics.mean(d):.3f}, "
+          f"median {statistics.median(d):.3f}, p90 {d[int(0.9 * (len(d) - 1))]:.3f}, max {d[-1]:.2f} s")
+    top = sorted(ds, reverse=True)[: a.top]
+    print("   largest: " + ", ".join(f"{x[0]:.2f} s for {x[3]} at {x[1] - t0:.1f} s" for x in top))
+    if a.culprits is not None:
+        for drain_s, since, start, job in top:
+            if drain_s < a.culprits:
+                continue
+            print(f"   drain {drain_s:.1f} s at {since - t0:.1f}-{start - t0:.1f} s before {job}'s window:")
+            for lv, pid, ph, _ex, at in rows:
+                began = at - ph["total"]
+                if began < start and at > since and f"L{lv}/{pid}" != job:
+                    phases = " ".join(f"{k}={ph[k]:.1f}" for k in _PHASES if ph.get(k))
+                    print(f"      L{lv}/{pid} {began - t0:.1f}-{at - t0:.1f} s: {phases}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
