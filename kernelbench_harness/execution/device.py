@@ -184,6 +184,12 @@ def _not_judged(e: BaseException) -> str:
     return "not judged: " + ("out of device memory" if oom else f"{type(e).__name__}: {str(e)[:200]}")
 
 
+class HostLockLost(RuntimeError):
+    """A slot could not take its shared hold on the device's host lock back after giving it up (the lock files went
+    away or cannot be opened): the harness's failure. Whatever catches failures of the problem's own code lets it
+    through: the slot must not go on computing without the hold, nor judge with a weaker judge because of it."""
+
+
 class ReferenceError_(RuntimeError):
     """The problem's own reference failed (bad problem file, unsupported op on this device); ``oom``: the
     trusted side ran out of device memory evaluating it (beside the candidate's process)."""
@@ -733,6 +739,8 @@ class ProblemContext:
                         for i in range(1, n_sets):
                             step()
                             self.refs64.append(_detach_outputs(self._m64(*_upcast(self.set_values(i), device))))
+            except HostLockLost:  # the slot's hold, not the twin: never a reason to judge with allclose
+                raise
             except Exception as e:
                 if shared_device and _device_oom(e):  # others' memory perhaps: no verdict on a weaker judge
                     raise ReferenceError_(f"the float64 reference ran out of device memory: {type(e).__name__}: "
@@ -1729,7 +1737,7 @@ class DeviceEvaluator:
                     self._take_shared(lk)
                 except OSError as e:
                     self._gpu_share = None
-                    raise RuntimeError(f"taking the device's host lock back failed: {e}") from None
+                    raise HostLockLost(f"taking the device's host lock back failed: {e}") from None
 
     def _claim_device_alone(self, phase: dict[str, float]) -> None:
         """Before the problem's reference is set up for a re-run after the trusted side ran out of memory
@@ -1967,7 +1975,7 @@ class DeviceEvaluator:
         go to ``phase["yield_wait"]``. Without a hold (the CPU, or already given up) this does nothing.
 
         Raises:
-            RuntimeError: the hold could not be taken back (the lock files went away).
+            HostLockLost: the hold could not be taken back (the lock files went away).
         """
         lk = self._gpu_share
         if lk is None or self._host_off:
@@ -1986,7 +1994,7 @@ class DeviceEvaluator:
                 self._take_shared(lk)
             except OSError as e:
                 self._gpu_share = None
-                raise RuntimeError(f"taking the device's host lock back failed: {e}") from None
+                raise HostLockLost(f"taking the device's host lock back failed: {e}") from None
             if phase is not None:
                 phase["yield_wait"] = phase.get("yield_wait", 0.0) + time.perf_counter() - t0
 
@@ -1997,7 +2005,9 @@ class DeviceEvaluator:
     MIDSTEP_POLL_S = 0.05
     #: a candidate's process stopped mid-step may have device work in flight that its import or constructor
     #: started (a tensor made on the device, a copy of its weights): the lock is given up this long (s) after
-    #: the stop, when that work has finished
+    #: the stop, when an honest candidate's has finished. It checks nothing: a kernel launched to run for
+    #: seconds runs on into the other slot's window, as one launched by a thread of the candidate's just after
+    #: it answered could already between steps (noticed in review, not closed)
     MIDSTEP_GRACE_S = 0.05
 
     def _gpu_yield(self, h: ChildHandle | None, phase: dict[str, float] | None = None,
@@ -2023,8 +2033,11 @@ class DeviceEvaluator:
             deadline: ``time.monotonic()`` by which the lock must be back (the candidate's own time
                 limit); None: no limit.
             midstep: the candidate's process is inside a step of host work (build, construction), not
-                waiting for a command: the lock is given up :attr:`MIDSTEP_GRACE_S` after it is stopped,
-                and the yield counts in ``phase["midstep_yields"]`` too.
+                waiting for a command: a window must be seen queued twice 2 ms apart (another acquirer passes
+                through the lock's turnstile for an instant too), the lock is given up :attr:`MIDSTEP_GRACE_S`
+                after the process is stopped, taking it back is not bounded by ``deadline`` (the stopped
+                process's time does not run; the caller moves its deadline by the wait), and the yield counts
+                in ``phase["midstep_yields"]`` too.
 
         Returns:
             Seconds waited (0.0 when nobody was queued or no host lock is held): the caller moves the
@@ -2033,14 +2046,21 @@ class DeviceEvaluator:
         Raises:
             ChannelError: the candidate's own process holds or waits for the device lock's files (it
                 could stall every slot on the device); the process is killed.
-            ChannelTimeout: the lock was not back by ``deadline``; the process is killed.
-            RuntimeError: the lock could not be taken back at all (a harness error).
+            ChannelTimeout: between steps, the lock was not back by ``deadline``; the process is killed.
+            HostLockLost: the lock could not be taken back at all (a harness error).
         """
         lk = self._gpu_share
         if lk is None or self._host_off:
             return 0.0
         try:
-            if not (self._windows_queued() or lk.contended()):
+            # mid-step, a window must be seen queued: another acquirer passes through the turnstile for an
+            # instant too (a shared hold taken back, another slot's look), so there it is looked at twice
+            queued = self._windows_queued()
+            if not queued and lk.contended():
+                if midstep:
+                    time.sleep(0.002)
+                queued = not midstep or lk.contended()
+            if not queued:
                 return 0.0
         except OSError:  # the lock files cannot be read: carry on holding the lock
             return 0.0
@@ -2060,12 +2080,14 @@ class DeviceEvaluator:
                 time.sleep(self.MIDSTEP_GRACE_S)
             lk.release()
             try:
-                self._take_shared(lk, deadline)
+                # a process stopped mid-step is not let run out of time while it is stopped (its deadline moves by
+                # the wait): only between steps, where its time is the step's, is the wait bounded by it
+                self._take_shared(lk, None if midstep else deadline)
             except TimeoutError:
                 timed_out = True
             except OSError as e:  # the lock files went away or cannot be opened: the harness's failure
                 self._gpu_share = None
-                raise RuntimeError(f"taking the device's host lock back failed: {e}") from None
+                raise HostLockLost(f"taking the device's host lock back failed: {e}") from None
         if timed_out:
             if h is not None:
                 h.kill("timeout giving way to other slots' timing windows")

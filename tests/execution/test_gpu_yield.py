@@ -522,3 +522,72 @@ def test_a_window_cuts_into_a_candidates_build_and_construction(tmp_path: Path, 
     finally:
         window.release()
         ev.close()
+
+
+def test_losing_the_lock_while_the_float64_twin_is_set_up_is_the_harness_s_failure(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The twin's set-up treats its own failures as "no float64 reference" (judged with allclose); a hold on the
+    device that could not be taken back is not one of them: it propagates, and the judge is not weakened."""
+    from kernelbench_harness.execution.device import HostLockLost
+
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    ev.host_lock_key = _key()
+    calls: list[int] = []
+    orig = DeviceEvaluator._take_shared
+
+    def flaky(self, lk, deadline=None):  # noqa: ANN001, ANN202
+        calls.append(1)
+        if len(calls) == 3:  # the set-up's third host stretch: the host copy for the float64 twin
+            raise OSError("lock files gone")
+        return orig(self, lk, deadline)
+
+    monkeypatch.setattr(DeviceEvaluator, "_take_shared", flaky)
+    try:
+        with ev._gpu_work():
+            with pytest.raises(HostLockLost, match="host lock back"):
+                ev.context(AFFINE, FAST_KBENCH, 7)
+        assert len(calls) == 3
+        assert not ev._contexts, "a context judged without its float64 twin was kept"
+    finally:
+        ev.close()
+
+
+def test_a_candidate_stopped_mid_build_is_not_timed_out_for_the_windows_it_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its build deadline moves by the time it was stopped: windows queued for longer than its build had left
+    do not make it a timeout."""
+    from execution.test_reference_budget import CORRECT
+
+    slow = "import time as _t\n_t.sleep(1.0)\n" + CORRECT
+    key = _key()
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    ev.host_lock_key = key
+    window = HostDeviceLock(key)
+    seen: dict[str, object] = {}
+    orig = DeviceEvaluator._gpu_yield
+
+    def cut_in(self, h, phase=None, deadline=None, midstep=False):  # noqa: ANN001, ANN202
+        if midstep and "thread" not in seen:
+
+            def other_slot() -> None:
+                window.acquire(timeout_s=5.0)
+                try:
+                    time.sleep(5.0)  # longer than the build's whole limit (4 s)
+                finally:
+                    window.release()
+
+            t = threading.Thread(target=other_slot)
+            t.start()
+            seen["thread"] = t
+            assert _wait_until(self._gpu_share.contended)
+        return orig(self, h, phase, deadline, midstep)
+
+    monkeypatch.setattr(DeviceEvaluator, "_gpu_yield", cut_in)
+    try:
+        res = evaluate(ev, slow, AFFINE, build_timeout_s=4.0)
+        seen["thread"].join(10)  # type: ignore[attr-defined]
+        assert res.outcome is Outcome.CORRECT, describe(res)
+        assert res.phase_s.get("midstep_yields", 0) >= 1 and res.phase_s["yield_wait"] >= 4.5, res.phase_s
+    finally:
+        window.release()
+        ev.close()
