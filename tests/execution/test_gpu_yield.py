@@ -262,29 +262,24 @@ def test_giving_way_past_the_candidates_deadline_is_a_timeout_with_the_lock_held
         a.close()
 
 
-def test_a_candidate_evaluates_alike_when_a_window_cuts_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """End to end on the CPU: another slot's window arrives once the candidate is built (before it is
-    constructed); the slot gives way there (its candidate's process stopped meanwhile) and the verdict
-    is unchanged."""
-    from execution.test_reference_budget import CORRECT
-
-    key = _key()
-    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
-    ev.host_lock_key = key
-    window = HostDeviceLock(key)
-    calls: list[int] = []
-    seen: dict[str, object] = {}
+def _window_cuts_in(monkeypatch: pytest.MonkeyPatch, window: HostDeviceLock, when, hold_s: float = 0.1) -> dict:  # noqa: ANN001
+    """Patch ``DeviceEvaluator._gpu_yield``: at the first call for which ``when(h, midstep)`` holds, another slot
+    queues a window (``window``, held ``hold_s``) before the call goes on. Returns what is seen: ``calls`` (every
+    call), ``thread``, ``wait`` (the window's wait for the lock, s) and ``state`` (the candidate's process state
+    letter during the window)."""
+    seen: dict = {"calls": 0}
     orig = DeviceEvaluator._gpu_yield
 
     def cut_in(self, h, phase=None, deadline=None, midstep=False):  # noqa: ANN001, ANN202
-        calls.append(1)
-        if h is not None and not midstep and "thread" not in seen:  # after "built": it waits for "construct"
+        seen["calls"] += 1
+        if "thread" not in seen and when(h, midstep):
 
             def other_slot() -> None:
-                window.acquire()
+                seen["wait"] = window.acquire(timeout_s=5.0)
                 try:
-                    seen["state"] = Path(f"/proc/{h.pid}/stat").read_text().split(") ")[1][0]
-                    time.sleep(0.1)
+                    if h is not None:
+                        seen["state"] = Path(f"/proc/{h.pid}/stat").read_text().split(") ")[1][0]
+                    time.sleep(hold_s)
                 finally:
                     window.release()
 
@@ -295,13 +290,28 @@ def test_a_candidate_evaluates_alike_when_a_window_cuts_in(tmp_path: Path, monke
         return orig(self, h, phase, deadline, midstep)
 
     monkeypatch.setattr(DeviceEvaluator, "_gpu_yield", cut_in)
+    return seen
+
+
+def test_a_candidate_evaluates_alike_when_a_window_cuts_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end on the CPU: another slot's window arrives once the candidate is built (before it is
+    constructed); the slot gives way there (its candidate's process stopped meanwhile) and the verdict
+    is unchanged."""
+    from execution.test_reference_budget import CORRECT
+
+    key = _key()
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    ev.host_lock_key = key
+    window = HostDeviceLock(key)
+    # after "built": the process waits for "construct"
+    seen = _window_cuts_in(monkeypatch, window, lambda h, midstep: h is not None and not midstep)
     try:
         res = evaluate(ev, CORRECT, AFFINE)
         seen["thread"].join(5)  # type: ignore[attr-defined]
         assert res.outcome is Outcome.CORRECT, describe(res)
         assert res.phase_s.get("yields") == 1.0 and res.phase_s["yield_wait"] >= 0.1, res.phase_s
         assert seen.get("state") == "T"
-        assert len(calls) >= 4  # before the process, after its build, after construction, per trial
+        assert seen["calls"] >= 4  # before the process, after its build, after construction, per trial
         assert "trial_call_first" in res.phase_s
     finally:
         window.release()
@@ -491,27 +501,8 @@ def test_a_window_cuts_into_a_candidates_build_and_construction(tmp_path: Path, 
     ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
     ev.host_lock_key = key
     window = HostDeviceLock(key)
-    seen: dict[str, object] = {}
-    orig = DeviceEvaluator._gpu_yield
-
-    def cut_in(self, h, phase=None, deadline=None, midstep=False):  # noqa: ANN001, ANN202
-        if midstep and "thread" not in seen:  # the first poll in the build: the import sleeps 1.5 s
-
-            def other_slot() -> None:
-                seen["wait"] = window.acquire(timeout_s=5.0)
-                try:
-                    seen["state"] = Path(f"/proc/{h.pid}/stat").read_text().split(") ")[1][0]
-                    time.sleep(0.1)
-                finally:
-                    window.release()
-
-            t = threading.Thread(target=other_slot)
-            t.start()
-            seen["thread"] = t
-            assert _wait_until(self._gpu_share.contended)
-        return orig(self, h, phase, deadline, midstep)
-
-    monkeypatch.setattr(DeviceEvaluator, "_gpu_yield", cut_in)
+    # the first poll in the build: the import sleeps 1.5 s
+    seen = _window_cuts_in(monkeypatch, window, lambda h, midstep: midstep)
     try:
         res = evaluate(ev, slow, AFFINE)
         seen["thread"].join(5)  # type: ignore[attr-defined]
@@ -563,26 +554,8 @@ def test_a_candidate_stopped_mid_build_is_not_timed_out_for_the_windows_it_waite
     ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
     ev.host_lock_key = key
     window = HostDeviceLock(key)
-    seen: dict[str, object] = {}
-    orig = DeviceEvaluator._gpu_yield
-
-    def cut_in(self, h, phase=None, deadline=None, midstep=False):  # noqa: ANN001, ANN202
-        if midstep and "thread" not in seen:
-
-            def other_slot() -> None:
-                window.acquire(timeout_s=5.0)
-                try:
-                    time.sleep(5.0)  # longer than the build's whole limit (4 s)
-                finally:
-                    window.release()
-
-            t = threading.Thread(target=other_slot)
-            t.start()
-            seen["thread"] = t
-            assert _wait_until(self._gpu_share.contended)
-        return orig(self, h, phase, deadline, midstep)
-
-    monkeypatch.setattr(DeviceEvaluator, "_gpu_yield", cut_in)
+    # held longer than the build's whole limit (4 s)
+    seen = _window_cuts_in(monkeypatch, window, lambda h, midstep: midstep, hold_s=5.0)
     try:
         res = evaluate(ev, slow, AFFINE, build_timeout_s=4.0)
         seen["thread"].join(10)  # type: ignore[attr-defined]
