@@ -51,6 +51,8 @@ def main() -> int:
     ap.add_argument("--culprits", type=float, default=None, metavar="S",
                     help="jobs running during each drain of at least S seconds")
     a = ap.parse_args()
+    if (a.first is not None and a.first < 1) or a.top < 1:
+        ap.error("--first and --top take a count of 1 or more")
     try:
         rows = load(a.db, a.run, None, None)
     except Exception as e:  # noqa: BLE001 - a missing store or run: one line, not a traceback

@@ -258,18 +258,17 @@ _COMPILER_VERSIONS: dict[str, str] = {}
 def _compiler_version(compiler: list[str]) -> str:
     key = " ".join(compiler)
     if key not in _COMPILER_VERSIONS:
-        for attempt in range(2):  # once more after a timeout: the process may have been stopped meanwhile (a slot
-            # lets another's timing window in mid-build), and the version goes into the header cache's key
+        for _ in range(2):  # once more after a timeout: the process may have been stopped meanwhile (a slot lets
+            # another's timing window in mid-build), and the version goes into the header cache's key
             try:
                 out = subprocess.run([*compiler, "-dumpfullversion", "-dumpversion"], capture_output=True, text=True,
                                      timeout=30)
                 _COMPILER_VERSIONS[key] = out.stdout.strip() if out.returncode == 0 else f"rc{out.returncode}"
-                break
-            except subprocess.TimeoutExpired as e:
-                _COMPILER_VERSIONS[key] = f"error {type(e).__name__}"
             except (OSError, subprocess.SubprocessError) as e:
                 _COMPILER_VERSIONS[key] = f"error {type(e).__name__}"
-                break
+                if isinstance(e, subprocess.TimeoutExpired):
+                    continue
+            break
     return _COMPILER_VERSIONS[key]
 
 

@@ -1726,18 +1726,26 @@ class DeviceEvaluator:
         def give_lock_up() -> None:
             lk = self._gpu_share
             if lk is not None and not released:
-                torch.cuda.synchronize(self.device)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
                 lk.release()
                 released.append(lk)
         try:
             yield give_lock_up
         finally:
             for lk in released:
-                try:
-                    self._take_shared(lk)
-                except OSError as e:
-                    self._gpu_share = None
-                    raise HostLockLost(f"taking the device's host lock back failed: {e}") from None
+                self._retake_shared(lk)
+
+    def _retake_shared(self, lk: HostDeviceLock, deadline: float | None = None) -> None:
+        """:meth:`_take_shared`, with the lock files gone or unreadable (``OSError``) as :class:`HostLockLost` and
+        this slot's hold forgotten. ``TimeoutError`` (``deadline`` passed) goes to the caller."""
+        try:
+            self._take_shared(lk, deadline)
+        except TimeoutError:  # (an OSError too)
+            raise
+        except OSError as e:
+            self._gpu_share = None
+            raise HostLockLost(f"taking the device's host lock back failed: {e}") from None
 
     def _claim_device_alone(self, phase: dict[str, float]) -> None:
         """Before the problem's reference is set up for a re-run after the trusted side ran out of memory
@@ -1977,26 +1985,23 @@ class DeviceEvaluator:
         Raises:
             HostLockLost: the hold could not be taken back (the lock files went away).
         """
-        lk = self._gpu_share
-        if lk is None or self._host_off:
+        if self._gpu_share is None or self._host_off:
             yield
             return
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        lk.release()
         self._host_off = True
+        back_from = 0.0  # when the hold began to be taken back
         try:
-            yield
+            with self._lock_given_up_while_waiting() as give_lock_up:
+                give_lock_up()
+                try:
+                    yield
+                finally:
+                    self._host_off = False
+                    back_from = time.perf_counter()
         finally:
             self._host_off = False
-            t0 = time.perf_counter()
-            try:
-                self._take_shared(lk)
-            except OSError as e:
-                self._gpu_share = None
-                raise HostLockLost(f"taking the device's host lock back failed: {e}") from None
-            if phase is not None:
-                phase["yield_wait"] = phase.get("yield_wait", 0.0) + time.perf_counter() - t0
+            if phase is not None and back_from:
+                phase["yield_wait"] = phase.get("yield_wait", 0.0) + time.perf_counter() - back_from
 
     #: in a candidate's steps that are host work (its build: the candidate's module imported; its
     #: construction: ``ModelNew`` built on the host, weights carried, moved to the device), the trusted side
@@ -2082,12 +2087,9 @@ class DeviceEvaluator:
             try:
                 # a process stopped mid-step is not let run out of time while it is stopped (its deadline moves by
                 # the wait): only between steps, where its time is the step's, is the wait bounded by it
-                self._take_shared(lk, None if midstep else deadline)
+                self._retake_shared(lk, None if midstep else deadline)
             except TimeoutError:
                 timed_out = True
-            except OSError as e:  # the lock files went away or cannot be opened: the harness's failure
-                self._gpu_share = None
-                raise HostLockLost(f"taking the device's host lock back failed: {e}") from None
         if timed_out:
             if h is not None:
                 h.kill("timeout giving way to other slots' timing windows")
@@ -2532,7 +2534,7 @@ class DeviceEvaluator:
             so does ``moved_s[0]``."""
             assert h is not None
             while True:
-                if host_step and self._gpu_share is not None and not self._host_off:
+                if host_step and self._gpu_share is not None:
                     try:
                         msg = h.chan.recv(timeout_s=min(self.MIDSTEP_POLL_S, max(0.0, deadline - time.monotonic())))
                     except ChannelTimeout:

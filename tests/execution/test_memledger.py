@@ -34,13 +34,14 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
 
     slot = SimpleNamespace(memory_share=share, memory_ledger=ledger, device=torch.device("cuda:0"), _gpu_share=None,
                            SHARE_MAX_FRACTION=DeviceEvaluator.SHARE_MAX_FRACTION, MEMORY_WAIT_MAX_S=10.0,
-                           _share_ok=share_ok, _take_shared=lambda lk: None, _alone=False, _job_claim=0.0,
+                           _share_ok=share_ok, _take_shared=lambda lk, deadline=None: None, _alone=False, _job_claim=0.0,
                            _share_out_nbytes=DeviceEvaluator._share_out_nbytes,
                            work_nbytes=DeviceEvaluator.work_nbytes, weights_nbytes=DeviceEvaluator.weights_nbytes,
                            PHYSICAL_WAIT_MAX_S=10.0, PHYSICAL_POLL_S=0.01)
     slot._planner = lambda ctx, total, baselines=False: DeviceEvaluator._planner(slot, ctx, total, baselines)
     slot._wait_device_free = lambda need, give, wait: DeviceEvaluator._wait_device_free(slot, need, give, wait)
     slot._lock_given_up_while_waiting = lambda: DeviceEvaluator._lock_given_up_while_waiting(slot)
+    slot._retake_shared = lambda lk, deadline=None: DeviceEvaluator._retake_shared(slot, lk, deadline)
     slot._claim_device_alone = lambda phase: DeviceEvaluator._claim_device_alone(slot, phase)
     slot._claim_and_wait = lambda claim, need, phase, keep_reserve=False: DeviceEvaluator._claim_and_wait(
         slot, claim, need, phase, keep_reserve)
@@ -315,7 +316,7 @@ def test_a_slot_plans_its_job_for_the_granted_share_and_gives_the_host_lock_up_w
     events: list[str] = []
     slot = _slot(0.5, b)
     slot._gpu_share = SimpleNamespace(release=lambda: events.append("released"))
-    slot._take_shared = lambda lk: events.append("taken back")
+    slot._take_shared = lambda lk, deadline=None: events.append("taken back")
     ctx = _ctx(6.0, 6.0)
     a.claim([0.9], wait_s=0.1, fallback=0.9)  # the other slot holds most of the device
     threading.Timer(0.3, a.release).start()
