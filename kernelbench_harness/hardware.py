@@ -15,9 +15,10 @@ import platform
 import shutil
 import socket
 import subprocess
+import time
 from typing import Any
 
-__all__ = ["collect_fingerprint", "read_gpu_clocks", "hardware_fingerprint", "software_fingerprint"]
+__all__ = ["collect_fingerprint", "host_probe_ms", "read_gpu_clocks", "hardware_fingerprint", "software_fingerprint"]
 
 
 def visible_device_id(index: int | str, env: str | None = None) -> str:
@@ -147,6 +148,22 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def host_probe_ms(repeats: int = 3) -> float:
+    """Milliseconds a fixed piece of single-threaded Python work takes on this host (the fastest of
+    ``repeats``; about 20-40 ms on a current server core). Not part of any hash: it tells hosts of one name
+    apart by speed. H200 session 20: two machines lent as the same kind, with the same generic
+    ``cpu_model``, ran a candidate's host-side steps (its build from the cache, its first call) 1.5 to 2 times
+    apart, and with them a whole sweep's wall time."""
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(100_000):
+            acc ^= hash(str(i)) & 0xFF
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000.0, 2)
+
+
 def _hash(d: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -168,7 +185,7 @@ def collect_fingerprint(device: str = "cpu") -> dict[str, Any]:
     Returns:
         A JSON-ready dict: ``device_type``, ``device_name``, ``device_count``, ``device_memory_bytes``,
         ``sm_count``, ``compute_capability``, ``l2_bytes``, ``driver``, ``cuda``, ``torch``, ``triton``,
-        ``python``, ``host``, ``cpu_model``, ``cpu_count``, ``clocks`` (nvidia-smi), and the two hashes
+        ``python``, ``host``, ``cpu_model``, ``cpu_count``, ``host_probe_ms`` (:func:`host_probe_ms`), ``clocks`` (nvidia-smi), and the two hashes
         ``hardware_fingerprint`` and ``software_fingerprint``.
     """
     import torch
@@ -182,6 +199,7 @@ def collect_fingerprint(device: str = "cpu") -> dict[str, Any]:
         "host": socket.gethostname(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        "host_probe_ms": host_probe_ms(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     try:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, AsyncIterator, Protocol as TypingProtocol
+from typing import Any, AsyncIterator, Iterable, Protocol as TypingProtocol
 
 from .adapters.base import ModelAdapter, SampleSpec
 from .core import Candidate, EvalResult, Outcome, Problem, TimingStats
@@ -239,6 +239,17 @@ class _Baselines:
                 out[m] = rec.stats
         return out
 
+    def info(self, problem: Problem, modes: Iterable[str]) -> dict[str, Any]:
+        """How each stored baseline of ``modes`` was measured (its timing info, ``hardware["measurement"]``),
+        by mode; modes with none stored or no info are left out."""
+        out: dict[str, Any] = {}
+        for m in modes:
+            rec = self.store.find_baseline(**self.key(problem, m), measured_here=True)
+            meas = (rec.hardware or {}).get("measurement") if rec is not None else None
+            if isinstance(meas, dict):
+                out[m] = meas
+        return out
+
     def put(self, problem: Problem, stats: dict[str, TimingStats], info: dict[str, Any] | None = None) -> None:
         for mode, st in stats.items():
             k = self.key(problem, mode)
@@ -293,13 +304,14 @@ def _check_environment() -> None:
 
     Raises:
         ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer; ``KBENCH_DEVSHARE``,
-            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_PCH`` or ``KBENCH_SLIM_HEADERS`` is not an on/off switch;
+            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_PCH``, ``KBENCH_SLIM_HEADERS`` or ``KBENCH_START_OFF_HOLD`` is not an
+            on/off switch;
             ``KBENCH_SANDBOX_LAYERS`` names an unknown layer.
     """
     import torch
 
     from .execution import devshare
-    from .execution.device import ProblemContext
+    from .execution.device import START_OFF_HOLD_ENV, ProblemContext, start_off_hold_enabled
 
     try:
         devshare.enabled()
@@ -311,6 +323,7 @@ def _check_environment() -> None:
     for check, fix in ((memledger.enabled, f"set {memledger.ENV}=0 or 1, or unset it (1)"),
                        (build.pch_enabled, "set KBENCH_PCH=0 (no precompiled headers) or 1, or unset it (1)"),
                        (build.slim_headers_enabled, "set KBENCH_SLIM_HEADERS=0 or 1, or unset it (1)"),
+                       (start_off_hold_enabled, f"set {START_OFF_HOLD_ENV}=0 or 1, or unset it (0)"),
                        (sandbox.pinned_layers, "name the layers to try first from netns, landlock, caps, seccomp "
                                                "(e.g. KBENCH_SANDBOX_LAYERS=netns,caps), or unset it")):
         try:
@@ -595,6 +608,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         async def _evaluate_once(problem: Problem, c: Candidate, known: dict[str, TimingStats]) -> EvalResult:
             nonlocal n_eval
             job = EvalJob(problem=problem, candidate=c, protocol=protocol, run_seed=seed, baselines=known,
+                          baseline_info=baselines.info(problem, known),
                           timeout_s=cfg.timeout_s, build_timeout_s=cfg.build_timeout_s, large=problem.key in lane)
             t0 = time.perf_counter()
             res = await executor.evaluate(job)

@@ -173,6 +173,9 @@ def main() -> int:
         startup = (info.config or {}).get("startup_s")
         if startup:  # before the run's record: interpreter, imports, problems; then the device slots
             print("   start-up: " + ", ".join(f"{k} {v} s" for k, v in startup.items()))
+        probe = (info.hardware or {}).get("host_probe_ms")
+        if probe is not None:  # the host's speed (hardware.host_probe_ms; stored since H200 session 20)
+            print(f"   host probe: {probe} ms")
         warm = (info.config or {}).get("warm") or (info.hardware or {}).get("warm")
         if warm:
             per = {k: v for k, v in warm.items() if isinstance(v, dict)}

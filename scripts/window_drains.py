@@ -9,7 +9,8 @@ For each window (``extra["timing_windows"]``: ``start``, ``end``, ``host_lock_wa
 before it to its own start (no window running, one asked for). Prints the windows' count, their share of the
 span (first request to last end), the drains' sum, mean, median, 90th percentile and maximum, and the largest
 drains. ``--culprits S``: for each drain of at least S seconds, the other jobs running meanwhile with the
-phases that can hold the device for long (``reference``: the set-up, ``construct``, ``slot_start``...).
+phases that can hold the device for long (``reference``: the set-up, ``construct``, ``slot_start``...) and,
+for results stored with them (``extra["steps"]``), the steps each was in during the drain.
 ``--first N``: only the run's first N results in the order they were stored (a prefix, to compare runs cut
 at different points).
 """
@@ -84,7 +85,26 @@ def main() -> int:
                 if began < start and at > since and f"L{lv}/{pid}" != job:
                     phases = " ".join(f"{k}={ph[k]:.1f}" for k in _PHASES if ph.get(k))
                     print(f"      L{lv}/{pid} {began - t0:.1f}-{at - t0:.1f} s: {phases}")
+                    during = steps_during(_ex, since, start)
+                    if during:
+                        print("         in the drain: " + ", ".join(f"{n} {s:.1f} s" for n, s in during))
     return 0
+
+
+def steps_during(extra: dict, lo: float, hi: float) -> list[tuple[str, float]]:
+    """``(step, seconds)`` of a job's ``extra["steps"]`` (``[name, start, end]``, epoch s; stored since H200
+    session 20) overlapping ``[lo, hi]``, in order, with the seconds of each inside it; [] for results
+    stored without steps."""
+    out = []
+    for step in extra.get("steps") or []:
+        try:
+            name, a, b = str(step[0]), float(step[1]), float(step[2])
+        except (TypeError, ValueError, IndexError):
+            continue
+        inside = min(b, hi) - max(a, lo)
+        if inside > 0:
+            out.append((name, inside))
+    return out
 
 
 if __name__ == "__main__":

@@ -174,3 +174,40 @@ def test_a_second_run_on_the_same_problems_measures_no_baseline(tmp_path: Path) 
     assert second.eager_ms == first.eager_ms and second.compile_ms == first.compile_ms
     with Store(db) as s:
         assert len(s.baselines(problem_sha256=PROBLEM.code_sha256)) == 2
+
+
+HOST_BOUND = {"launch_hidden_trials": 40, "launch_host_bound": 31, "launch_host_ms": 6.7}
+
+
+def test_how_a_stored_baseline_was_measured_goes_with_it(store: Store) -> None:
+    """A cached baseline's timing info reaches the job (EvalJob.baseline_info), so one whose time the host set
+    marks the problem host-bound in a run that reuses it (H200 session 20: L3/22's eager time came from another
+    machine, whose host issued the candidate's launches 2.4 times as fast)."""
+    b = _Baselines(store, FP, get_protocol("kbench"))
+    b.put(PROBLEM, {"eager": stats(1.0), "compile:default": stats(2.0)}, {"eager": HOST_BOUND, "compile:default": None})
+    assert b.info(PROBLEM, ["eager", "compile:default"]) == {"eager": HOST_BOUND}
+    assert b.info(PROBLEM, ["compile:max-autotune"]) == {}
+
+
+@pytest.mark.parametrize("cached_info", [HOST_BOUND, None])
+def test_a_cached_host_bound_baseline_flags_the_problem(tmp_path: Path, cached_info: dict | None) -> None:
+    from execution.evalkit import AFFINE, STAND_IN_BASELINES, describe
+    from execution.test_reference_budget import CORRECT
+
+    from kernelbench_harness.core import Backend, Candidate, Outcome
+    from kernelbench_harness.execution.device import DeviceEvaluator, EvalJob
+
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    try:
+        job = EvalJob(AFFINE, Candidate(AFFINE.level, AFFINE.problem_id, CORRECT, Backend.detect(CORRECT)),
+                      get_protocol("kbench", warmup=1, trials=3, adaptive=False, correct_trials=2),
+                      run_seed=7, baselines=dict(STAND_IN_BASELINES),
+                      baseline_info={"eager": cached_info} if cached_info else {}, timeout_s=20.0)
+        res = ev.evaluate(job)
+        assert res.outcome is Outcome.CORRECT, describe(res)
+        if cached_info:
+            assert "eager" in res.extra["host_bound"] and "host-bound" in res.extra["problem_flags"]
+        else:
+            assert "eager" not in (res.extra.get("host_bound") or [])
+    finally:
+        ev.close()

@@ -34,3 +34,11 @@ def test_windows_are_taken_in_the_order_they_started_whatever_the_order_of_the_r
     rows = [_row(2, (1.0, 3.5, 4.0)), _row(1, (0.0, 2.0, 3.0))]
     assert [job for *_x, job in window_drains.drains(rows)] == ["L1/1", "L1/2"]
     assert sum(d for d, *_x in window_drains.drains(rows)) == pytest.approx(2.5)
+
+
+def test_the_steps_a_job_was_in_during_a_drain_are_those_overlapping_it() -> None:
+    extra = {"steps": [["reference", 0.0, 2.0], ["start", 2.0, 2.5], ["build_construct", 2.5, 6.0],
+                       ["correctness", 6.0, 9.0], ["bad"]]}
+    got = window_drains.steps_during(extra, 1.5, 3.0)
+    assert [(n, round(s, 6)) for n, s in got] == [("reference", 0.5), ("start", 0.5), ("build_construct", 0.5)]
+    assert window_drains.steps_during({}, 0.0, 1.0) == []  # stored before steps were

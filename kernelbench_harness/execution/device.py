@@ -50,6 +50,25 @@ log = logging.getLogger(__name__)
 
 _DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
+START_OFF_HOLD_ENV = "KBENCH_START_OFF_HOLD"
+
+
+def start_off_hold_enabled() -> bool:
+    """Whether ``KBENCH_START_OFF_HOLD`` lets a candidate's process start (sandbox, imports, its CUDA context
+    made, the shared buffers mapped: about 0.6 s a job on an H200) run with its slot's shared hold on the
+    device's host lock given up, so that another slot's timing window queued meanwhile need not wait for it.
+    Unset: no (the start holds the lock, as before). Off until measured: whether a context being made in
+    another process moves a window's timing is not known (in H200 session 20's attempt with
+    ``scripts/gpu/context_noise.py`` none of the processes it started ended while a block was timed, so it
+    shows nothing about contexts), nor is the sweep's gain.
+
+    Raises:
+        ValueError: a value other than an on/off switch (:func:`..envflags.env_switch`).
+    """
+    from ..envflags import env_switch
+
+    return env_switch(START_OFF_HOLD_ENV, default=False)
+
 
 def share_plan(n_sets: int, set_nbytes: int, out_nbytes: int, total_memory: int, fraction: float) -> str | None:
     """How a candidate's input sets reach its process through shared device memory: ``"all"`` (one
@@ -209,6 +228,9 @@ class EvalJob:
         run_seed: the run's secret seed (input sets and weights derive from it under ``kbench``).
         baselines: headline baseline times already known (from the store), by mode name:
             ``"eager"``, ``"compile:default"``...; missing modes are measured here.
+        baseline_info: how each of ``baselines`` was measured (its stored timing info, by mode; None or
+            missing: not known): a baseline whose time the host set marks the problem ``host-bound`` as one
+            measured here does (:func:`host_bound_callables`).
         timeout_s: wall-clock limit for running the candidate (after its build).
         build_timeout_s: wall-clock limit for importing the candidate (compiling its extensions).
         large: scheduling only: one of the run's large problems (:data:`..schedule.LANE_BYTES`), which
@@ -222,6 +244,7 @@ class EvalJob:
     protocol: Protocol
     run_seed: int = 0
     baselines: dict[str, TimingStats] = field(default_factory=dict)
+    baseline_info: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 300.0
     build_timeout_s: float = 900.0
     large: bool = False
@@ -1123,6 +1146,10 @@ class DeviceEvaluator:
         # device memory shared with candidate processes (CUDA IPC, see .devshare): tried at the first
         # candidate; KBENCH_DEVSHARE=0 keeps the file exchange
         self._share_ok: bool | None = None if _devshare.enabled() else False
+        #: a candidate's process start (its CUDA context made, the shared buffers mapped) runs with this
+        #: slot's shared hold given up, so a timing window queued meanwhile need not wait for it
+        #: (``KBENCH_START_OFF_HOLD``, off by default until measured on a GPU; see :func:`start_off_hold_enabled`)
+        self.start_off_hold = start_off_hold_enabled()
         self._share_bufs: list[_devshare.SharedBuffer] = []
         self._share_out: _devshare.SharedBuffer | None = None
         self._share_failures = 0
@@ -2114,10 +2141,12 @@ class DeviceEvaluator:
         static = static_findings(cand.source)
         findings: list[Finding] = list(static)
         phase: dict[str, float] = {}
+        at = [time.time()]  # epoch s of the job's steps before the candidate's (extra["steps"])
         if self._alone:
             self._claim_device_alone(phase)
         else:
             self._claim_for_setup(job.problem, protocol, job.run_seed, phase)
+        at.append(time.time())
         try:
             ctx = self.context(job.problem, protocol, job.run_seed, phase)
         except ReferenceError_ as e:
@@ -2133,7 +2162,9 @@ class DeviceEvaluator:
                                     int(ctx.out_nbytes) + self.OUT_LIMIT_SLACK_BYTES)
         modes = ["eager", f"compile:{protocol.compile_mode}"]
         known = dict(job.baselines)
+        at.append(time.time())
         self._plan_memory(ctx, phase, baselines=any(m not in known and m not in ctx.baselines for m in modes))
+        at.append(time.time())
         # baselines timed in this job alternate with the candidate (protocol.alternate_rounds)
         measured: dict[str, TimingStats] = {}
         alternate = ([m for m in modes if m not in known and m not in ctx.baselines]
@@ -2181,8 +2212,11 @@ class DeviceEvaluator:
             if sp and max(sp) > 10:
                 res = res.with_(findings=res.findings + (Finding("review.speedup", Severity.WARN, "review",
                                                                   f"speedup {max(sp):.1f}x > 10x: marked for review"),))
+        # a baseline from the store counts as one measured here: its time was set by a host, maybe another one
+        # (hosts lent as one kind ran host-bound times 2-3 times apart in H200 session 20)
         host_bound = host_bound_callables((res.extra or {}).get("timing_info") if res.candidate is not None else None,
-                                          {m: ctx.baseline_info.get(m) for m in modes})
+                                          {m: ctx.baseline_info.get(m) if m not in known
+                                           else (job.baseline_info or {}).get(m) for m in modes})
         if "candidate" in host_bound:
             res = res.with_(findings=res.findings + (Finding(
                 "timing.host-bound", Severity.WARN, "host-bound",
@@ -2202,6 +2236,8 @@ class DeviceEvaluator:
         if ctx.flags or host_bound:
             extra["problem_flags"] = list(ctx.flags) + (["host-bound"] if host_bound else [])
         extra.update(ctx.reference_info())  # reference_mode "lazy" | "stored", and what storing would cost
+        extra["steps"] = [[name, round(a, 3), round(b, 3)] for name, a, b in
+                          zip(("setup_claim", "reference", "plan_memory"), at, at[1:])] + list(extra.get("steps") or [])
         return res.with_(phase_s={**phase, **res.phase_s}, device=str(self.device), extra=extra)
 
     def close(self) -> None:
@@ -2378,6 +2414,8 @@ class DeviceEvaluator:
             "problem_namespace": job.protocol.name == "kernelbench",
             "timer": dataclasses.asdict(settings),
             "env": {},
+            # after its hello the process waits for {"cmd": "build"} before any candidate code runs
+            "build_cmd": True,
             **ctx.job_fields(shared[0] if shared else None),
             "share": shared[1] if shared else None,
         }
@@ -2510,12 +2548,23 @@ class DeviceEvaluator:
         build_info: dict[str, Any] = {}
         state = "start"
         last = [time.perf_counter()]
+        # each step's [name, start, end] (epoch s): which step a slot was in when another's window waited
+        # (extra["steps"], read by scripts/window_drains.py)
+        steps: list[list[Any]] = []
+        last_at = [time.time()]
 
         def mark(name: str) -> None:
             """Trusted-side wall seconds of one step of the candidate's evaluation (``slot_*``)."""
-            now = time.perf_counter()
+            now, now_at = time.perf_counter(), time.time()
             phase[f"slot_{name}"] = phase.get(f"slot_{name}", 0.0) + (now - last[0])
-            last[0] = now
+            steps.append([name, round(last_at[0], 3), round(now_at, 3)])
+            last[0], last_at[0] = now, now_at
+
+        def split(name: str) -> None:
+            """A step of the timeline (``steps``) only, inside one of ``mark``'s: ``phase`` is unchanged."""
+            now_at = time.time()
+            steps.append([name, round(last_at[0], 3), round(now_at, 3)])
+            last_at[0] = now_at
 
         def add(msg: dict[str, Any]) -> None:
             for f in msg.get("findings") or []:
@@ -2559,11 +2608,18 @@ class DeviceEvaluator:
             # hand this process's cached, unused device memory back, for the candidate's process to use
             torch.cuda.empty_cache()
         try:
-            self._gpu_yield(None, phase)  # the reference and the shared sets are ready; no process yet
-            h = self.launcher.start(childjob, self._sandbox_cfg(jobdir, job.timeout_s))
-            h.watch_memory(self.memory_limit)
-            mono0 = time.monotonic()
-            hello = expect(mono0 + 120, "hello")
+            if not self.start_off_hold:
+                self._gpu_yield(None, phase)  # the reference and the shared sets are ready; no process yet
+            # the process start (sandbox, imports, its CUDA context, the shared buffers mapped) runs no
+            # candidate code and launches no kernel; with start_off_hold it runs with the hold given up (a
+            # window queued meanwhile goes on beside it) and the hold is back before the build is asked for
+            with self._host_stretch(phase) if self.start_off_hold else contextlib.nullcontext():
+                h = self.launcher.start(childjob, self._sandbox_cfg(jobdir, job.timeout_s))
+                h.watch_memory(self.memory_limit)
+                mono0 = time.monotonic()
+                hello = expect(mono0 + 120, "hello")
+                hello_at = time.monotonic()
+            mono0 += time.monotonic() - hello_at  # the wait for the hold is not the build's time
             env_note = hello.get("sandbox") or {}
             if shared and hello.get("share_error"):
                 # the process could not map the buffers before any candidate code ran: the harness's
@@ -2575,6 +2631,7 @@ class DeviceEvaluator:
                                                   extra={"share_failed": True, "sandbox": env_note}), jobdir)
             mark("start")  # process start, sandbox, imports
             state = "build"
+            h.chan.send({"cmd": "build"})
             built = expect(mono0 + job.build_timeout_s, "built", host_step=True)
             build_info = built.get("build") or {}
             phase["build"] = float((built.get("phase_s") or {}).get("build", 0.0))
@@ -2600,6 +2657,10 @@ class DeviceEvaluator:
             ok = True
             for i in range(ctx.n_correct):
                 msg = expect(run_deadline, "output")
+                if i == 0:
+                    # the candidate's first call (a Triton kernel's JIT compile in its fresh process: host work
+                    # under the hold) apart from the rest of the correctness step
+                    split("first_call")
                 for k in launches:
                     launches[k] += int((msg.get("launches") or {}).get(k, 0))
                 t_cmp = time.perf_counter()
@@ -2702,7 +2763,7 @@ class DeviceEvaluator:
                           "memory_share": round(self._job_share, 4), "memory_claim": round(self._job_claim, 4),
                           "timing_sets": len(ctx.timing_sets),
                           "profile": profile, "timing_info": {k: v for k, v in tinfo.items() if k != "synced_ms"},
-                          "timing_windows": timing_windows, "integrity_checks": checks,
+                          "timing_windows": timing_windows, "steps": steps, "integrity_checks": checks,
                           "triton_cache_seeded": self._job_triton_seeded,
                           "peak_rss_bytes": h.peak_rss_bytes,
                           "candidate_device_peak_bytes": done.get("device_peak_bytes")

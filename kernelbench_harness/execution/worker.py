@@ -851,6 +851,10 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
             chan.send({"event": "probe", "ok": False, "error": f"{type(e).__name__}: {e}"[:2000]})
         return 0
     try:
+        # the trusted side asks for the build once it holds the device again (DeviceEvaluator._run_candidate):
+        # the candidate's code runs from here on
+        if job.get("build_cmd") and chan.recv().get("cmd") != "build":
+            return 0
         mod = j.build()
         if mod is None or job.get("mode") == "build":
             return 0

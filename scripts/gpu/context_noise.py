@@ -10,10 +10,12 @@ times three workloads with kbench's timer (the ``kbench`` protocol's settings on
 conditions, the conditions' order rotated each round:
 
 - ``quiet``: nothing else runs;
-- ``host``: ``--procs`` processes at a time start, import torch and exit, without touching the GPU
-  (``CUDA_VISIBLE_DEVICES=``): the host-side cost of process starts alone;
-- ``context``: the same processes also make a CUDA context on the device and allocate one block, as a candidate's
-  process does before its first command.
+- ``host``: ``--procs`` processes, each with torch imported, fork children that make a host tensor and exit,
+  without touching the GPU: the host-side cost of process starts alone;
+- ``context``: the children also make a CUDA context on the device and allocate one block, as a candidate's
+  process (forked from kbench's zygote) does before its first command.
+
+A block counts only where children ended while it was timed (``children`` in each block).
 
 Per workload and condition it prints the median over rounds of (block median / the round's quiet median - 1); the
 ``context`` figure beside the ``host`` one is the effect of the contexts themselves. Nothing of kbench's
@@ -25,7 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -36,38 +37,70 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-CHILD = ("import torch, sys\n"
-         "if sys.argv[1] == 'context':\n"
-         "    torch.cuda.init(); x = torch.empty(1 << 20, device='cuda:0'); torch.cuda.synchronize()\n")
+#: a churner: imports torch once (no CUDA), says "ready", then forks children until its stdin closes, as
+#: kbench's zygote starts candidate processes; each child (``context``) makes a CUDA context on the device and
+#: one block, or (``host``) only makes a host tensor, and exits; the churner prints a line per child ended
+CHURNER = """
+import os, sys, torch
+kind, dev = sys.argv[1], sys.argv[2]
+print("ready", flush=True)
+import select
+while not select.select([sys.stdin], [], [], 0)[0]:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if kind == "context":
+                torch.cuda.init(); x = torch.empty(1 << 20, device=dev); torch.cuda.synchronize()
+            else:
+                x = torch.empty(1 << 20)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    print("1", flush=True)
+"""
 
 
 class Churn:
-    """Keeps ``procs`` child processes of ``kind`` (``host`` or ``context``) starting and ending until stopped."""
+    """``procs`` churner processes (:data:`CHURNER`) of ``kind`` (``host`` or ``context``) starting and ending
+    children until stopped; ``ended`` counts the children ended so far. Session 20's first version started
+    each child as a new interpreter importing torch, and none ended while any block was timed (its blocks'
+    ``children`` were all 0; each block took about 1-2 s): its figures show nothing about contexts."""
 
-    def __init__(self, kind: str, procs: int) -> None:
-        self.kind, self.procs, self.started = kind, procs, 0
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(procs)]
+    def __init__(self, kind: str, procs: int, device: str) -> None:
+        self.kind, self.ended = kind, 0
+        self._lock = threading.Lock()
+        self._procs = [subprocess.Popen([sys.executable, "-c", CHURNER, kind, device], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+        self._readers: list[threading.Thread] = []
 
-    def _loop(self) -> None:
-        env = dict(os.environ)
-        if self.kind == "host":
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        while not self._stop.is_set():
-            subprocess.run([sys.executable, "-c", CHILD, self.kind], env=env, check=False,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            self.started += 1
+    def _read(self, p: subprocess.Popen) -> None:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line.strip() == "1":
+                with self._lock:
+                    self.ended += 1
 
     def __enter__(self) -> "Churn":
-        for t in self._threads:
+        for p in self._procs:  # each churner has imported torch before the blocks begin
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"a {self.kind} churner did not start")
+        for p in self._procs:
+            t = threading.Thread(target=self._read, args=(p,), daemon=True)
             t.start()
-        time.sleep(1.0)  # the first children are importing by now
+            self._readers.append(t)
+        time.sleep(1.0)  # children are starting and ending by now
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(60)
+        for p in self._procs:
+            assert p.stdin is not None
+            p.stdin.write("stop\n")
+            p.stdin.close()
+        for p in self._procs:
+            p.wait(60)
+        for t in self._readers:
+            t.join(10)
 
 
 def main() -> int:
@@ -106,14 +139,16 @@ def main() -> int:
     blocks: list[dict] = []
     for r in range(a.rounds):
         for cond in conds[r % 3:] + conds[:r % 3]:
-            churn = Churn(cond, a.procs) if cond != "quiet" else None
+            churn = Churn(cond, a.procs, str(dev)) if cond != "quiet" else None
             try:
                 if churn is not None:
                     churn.__enter__()
                 for name, fn in work.items():
+                    before = churn.ended if churn else 0
                     stats, _info = T.time_callable(fn, dev, settings)
+                    # children ended while the block was timed: a churn block with none measured nothing
                     blocks.append({"round": r, "cond": cond, "work": name, "median_ms": stats.median_ms,
-                                   "n": stats.n, "children": churn.started if churn else 0})
+                                   "n": stats.n, "children": (churn.ended - before) if churn else 0})
             finally:
                 if churn is not None:
                     churn.__exit__()
@@ -123,13 +158,20 @@ def main() -> int:
             rel = []
             for r in range(a.rounds):
                 q = [b["median_ms"] for b in blocks if b["round"] == r and b["cond"] == "quiet" and b["work"] == name]
-                c = [b["median_ms"] for b in blocks if b["round"] == r and b["cond"] == cond and b["work"] == name]
+                c = [b["median_ms"] for b in blocks if b["round"] == r and b["cond"] == cond and b["work"] == name
+                     and b["children"] > 0]
                 if q and c:
                     rel.append(c[0] / q[0] - 1.0)
+            kids = [b["children"] for b in blocks if b["cond"] == cond and b["work"] == name]
+            if not rel:
+                summary[f"{name} / {cond}"] = {"rounds": 0, "children": kids}
+                print(f"{name:18s} {cond:8s} vs quiet: no block with a child ended while it was timed")
+                continue
             summary[f"{name} / {cond}"] = {"median_rel": statistics.median(rel), "max_abs_rel": max(abs(x) for x in rel),
-                                           "rounds": len(rel)}
+                                           "rounds": len(rel), "children": kids}
             print(f"{name:18s} {cond:8s} vs quiet: median {100 * statistics.median(rel):+.2f}%, "
-                  f"max |.| {100 * max(abs(x) for x in rel):.2f}% over {len(rel)} rounds")
+                  f"max |.| {100 * max(abs(x) for x in rel):.2f}% over {len(rel)} rounds "
+                  f"({min(kids)}-{max(kids)} children ended per block)")
     Path(a.out).write_text(json.dumps({"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "procs": a.procs,
                                        "settings": dataclasses.asdict(settings),
                                        "blocks": blocks, "summary": summary}, indent=1))

@@ -564,3 +564,65 @@ def test_a_candidate_stopped_mid_build_is_not_timed_out_for_the_windows_it_waite
     finally:
         window.release()
         ev.close()
+
+
+@pytest.mark.parametrize("off_hold", [True, False])
+def test_a_window_goes_on_beside_a_candidates_process_start_only_when_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, off_hold: bool) -> None:
+    """``KBENCH_START_OFF_HOLD=1``: the candidate's process starts with the slot's hold given up, so a window
+    queued during the start takes the lock at once; the candidate's code (its module imported) runs only once
+    the window is over and the hold is back. Unset: the start holds the lock (the window waits for it)."""
+    from execution.test_reference_budget import CORRECT
+
+    stamp = tmp_path / "imported_at"
+    source = f"import time as _t\nopen({str(stamp)!r}, 'w').write(repr(_t.time()))\n" + CORRECT
+    if off_hold:
+        monkeypatch.setenv("KBENCH_START_OFF_HOLD", "1")
+    else:
+        monkeypatch.delenv("KBENCH_START_OFF_HOLD", raising=False)
+    key = _key()
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    ev.host_lock_key = key
+    assert ev.start_off_hold is off_hold
+    window = HostDeviceLock(key)
+    seen: dict = {}
+    start = ev.launcher.start
+
+    def start_then_window(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        h = start(*a, **k)
+        # another slot's window, asked for while this candidate's process is starting
+        try:
+            seen["wait"] = window.acquire(timeout_s=0.5 if not off_hold else 5.0)
+        except TimeoutError:
+            seen["refused"] = True
+            return h
+        time.sleep(2.0)  # the process says hello meanwhile (well under 2 s on the CPU)
+        seen["window_end"] = time.time()
+        window.release()
+        return h
+
+    monkeypatch.setattr(ev.launcher, "start", start_then_window)
+    try:
+        res = evaluate(ev, source, AFFINE)
+        assert res.outcome is Outcome.CORRECT, describe(res)
+        if off_hold:
+            assert seen["wait"] < 0.5, seen
+            imported_at = float(stamp.read_text())
+            assert imported_at >= seen["window_end"], "the candidate's code ran during another slot's window"
+            assert res.phase_s["slot_start"] >= 2.0, res.phase_s  # the start's time includes the window
+            steps = {name: (a, b) for name, a, b in res.extra["steps"]}
+            assert list(steps)[:7] == ["setup_claim", "reference", "plan_memory", "start", "build_construct",
+                                       "first_call", "correctness"]
+            assert all(a <= b for a, b in steps.values())
+            assert all(b[1] >= a[2] for a, b in zip(res.extra["steps"], res.extra["steps"][1:]))  # in order
+            assert steps["start"][1] - steps["start"][0] >= 2.0 and steps["start"][1] <= imported_at
+        else:
+            assert seen.get("refused"), f"a window got the device during the start: {seen}"
+    finally:
+        ev.close()
+
+
+def test_a_bad_start_off_hold_switch_names_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KBENCH_START_OFF_HOLD", "maybe")
+    with pytest.raises(ValueError, match="KBENCH_START_OFF_HOLD"):
+        DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)

@@ -68,3 +68,13 @@ def test_mapping_rules():
     assert visible_device_id(0, "MIG-abc") == "MIG-abc"
     with pytest.raises(ValueError, match="not among"):
         visible_device_id(2, "0,1")
+
+
+def test_the_host_probe_is_stored_but_does_not_split_the_hardware_hash() -> None:
+    """Hosts of one generic ``cpu_model`` run a sweep's host work at different speeds (H200 session 20): the
+    fingerprint says how fast its host was, and the baseline cache's key does not depend on it."""
+    from kernelbench_harness.hardware import collect_fingerprint, hardware_fingerprint
+
+    fp = collect_fingerprint("cpu")
+    assert isinstance(fp["host_probe_ms"], float) and 0 < fp["host_probe_ms"] < 10_000
+    assert hardware_fingerprint({**fp, "host_probe_ms": fp["host_probe_ms"] * 3}) == fp["hardware_fingerprint"]
