@@ -7,7 +7,9 @@ and ``construct``, its first call ``trial_call_first``, the trusted side's ``ref
 median over the problems both runs have of (the other run's seconds / the first run's) and each run's median
 seconds. Host-side steps slower by a like factor in every run point to a slower host, not to the code: in H200
 session 20, two runs on one machine took 1.7-2.0 times as long as session 19's ``all-6x`` for the build and the
-first call, and so did a run of session 19 on another machine.
+first call, and so did a run of session 19 on another machine. Results stored before session 20's change count
+in ``build`` and ``construct`` the time the candidate's process was stopped mid-step for other slots' windows;
+later ones store it apart (``build_stopped``, ``construct_stopped``).
 """
 
 from __future__ import annotations

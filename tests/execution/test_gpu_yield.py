@@ -561,6 +561,8 @@ def test_a_candidate_stopped_mid_build_is_not_timed_out_for_the_windows_it_waite
         seen["thread"].join(10)  # type: ignore[attr-defined]
         assert res.outcome is Outcome.CORRECT, describe(res)
         assert res.phase_s.get("midstep_yields", 0) >= 1 and res.phase_s["yield_wait"] >= 4.5, res.phase_s
+        # the build's own time (its 1 s sleep and the import) apart from the 5 s it was stopped for the window
+        assert res.phase_s["build_stopped"] >= 4.5 and 0.9 <= res.phase_s["build"] < 3.0, res.phase_s
     finally:
         window.release()
         ev.close()
