@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable, Protocol as TypingProtocol
+from typing import Any, AsyncIterator, Protocol as TypingProtocol
 
 from .adapters.base import ModelAdapter, SampleSpec
 from .core import Candidate, EvalResult, Outcome, Problem, TimingStats
@@ -224,6 +224,8 @@ class _Baselines:
         self.store = store
         self.fp = fingerprint
         self.protocol = protocol
+        # (problem hash, mode) -> the stats known() last returned and the timing info stored with them
+        self._measured: dict[tuple[str, str], tuple[TimingStats, dict[str, Any] | None]] = {}
 
     def key(self, problem: Problem, mode: str) -> dict[str, str]:
         return {"problem_sha256": problem.code_sha256, "hardware_fingerprint": self.fp["hardware_fingerprint"],
@@ -237,17 +239,18 @@ class _Baselines:
             rec = self.store.find_baseline(**self.key(problem, m), measured_here=True)
             if rec is not None:
                 out[m] = rec.stats
+                meas = (rec.hardware or {}).get("measurement")
+                self._measured[(problem.code_sha256, m)] = (rec.stats, meas if isinstance(meas, dict) else None)
         return out
 
-    def info(self, problem: Problem, modes: Iterable[str]) -> dict[str, Any]:
-        """How each stored baseline of ``modes`` was measured (its timing info, ``hardware["measurement"]``),
-        by mode; modes with none stored or no info are left out."""
+    def info(self, problem: Problem, known: dict[str, TimingStats]) -> dict[str, Any]:
+        """How each baseline of ``known`` (as :meth:`known` returned it) was measured: the timing info stored
+        with that same record (``hardware["measurement"]``), by mode; modes without any are left out."""
         out: dict[str, Any] = {}
-        for m in modes:
-            rec = self.store.find_baseline(**self.key(problem, m), measured_here=True)
-            meas = (rec.hardware or {}).get("measurement") if rec is not None else None
-            if isinstance(meas, dict):
-                out[m] = meas
+        for m, st in known.items():
+            seen = self._measured.get((problem.code_sha256, m))
+            if seen is not None and seen[0] is st and seen[1] is not None:
+                out[m] = seen[1]
         return out
 
     def put(self, problem: Problem, stats: dict[str, TimingStats], info: dict[str, Any] | None = None) -> None:

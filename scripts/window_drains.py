@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lane_small_waits import load  # noqa: E402
 
 _PHASES = ("memory_wait", "reference", "slot_start", "build", "construct", "trial_call_first", "slot_correctness",
-           "slot_recheck", "yield_wait", "midstep_yields")
+           "slot_recheck", "yield_wait", "midstep_yields", "baselines")
 
 
 def drains(rows: list[tuple]) -> list[tuple[float, float, float, str]]:

@@ -1146,6 +1146,8 @@ class DeviceEvaluator:
         # device memory shared with candidate processes (CUDA IPC, see .devshare): tried at the first
         # candidate; KBENCH_DEVSHARE=0 keeps the file exchange
         self._share_ok: bool | None = None if _devshare.enabled() else False
+        # the current candidate's steps and when the last one ended (_run_candidate, closed by _finish)
+        self._timeline: tuple[list[list[Any]], list[float]] | None = None
         #: a candidate's process start (its CUDA context made, the shared buffers mapped) runs with this
         #: slot's shared hold given up, so a timing window queued meanwhile need not wait for it
         #: (``KBENCH_START_OFF_HOLD``, off by default until measured on a GPU; see :func:`start_off_hold_enabled`)
@@ -2147,13 +2149,16 @@ class DeviceEvaluator:
         else:
             self._claim_for_setup(job.problem, protocol, job.run_seed, phase)
         at.append(time.time())
+        names = ("setup_claim", "reference", "plan_memory")
         try:
             ctx = self.context(job.problem, protocol, job.run_seed, phase)
         except ReferenceError_ as e:
+            at.append(time.time())
             # out of device memory setting the reference up: the harness's failure (harness_error)
             return EvalResult(Outcome.RUNTIME_ERROR, error=f"reference failed: {e}", findings=tuple(findings),
                               device=str(self.device),
                               extra={"reference_error": True,
+                                     "steps": [[n, round(a, 3), round(b, 3)] for n, a, b in zip(names, at, at[1:])],
                                      **({"harness_error": True, "trusted_oom": True}
                                         if e.oom and self.memory_ledger is not None
                                         and (not self._alone or self._alone_fell) else {})})
@@ -2198,12 +2203,14 @@ class DeviceEvaluator:
             finally:
                 shutil.rmtree(jobdir, ignore_errors=True)
         # baselines: only needed when the candidate produced a time
+        after_steps: list[list[Any]] = []
         if res.candidate is not None:
             missing = [m for m in modes if m not in known and m not in measured]
             if missing:
-                t0 = time.perf_counter()
+                t0, t0_at = time.perf_counter(), time.time()
                 measured.update(self.measure_baselines(job.problem, protocol, job.run_seed, missing))
                 phase["baselines"] = phase.get("baselines", 0.0) + time.perf_counter() - t0
+                after_steps.append(["baselines", round(t0_at, 3), round(time.time(), 3)])
             allb = {**known, **measured}
             eager = allb.get("eager")
             comp = allb.get(f"compile:{protocol.compile_mode}")
@@ -2236,8 +2243,8 @@ class DeviceEvaluator:
         if ctx.flags or host_bound:
             extra["problem_flags"] = list(ctx.flags) + (["host-bound"] if host_bound else [])
         extra.update(ctx.reference_info())  # reference_mode "lazy" | "stored", and what storing would cost
-        extra["steps"] = [[name, round(a, 3), round(b, 3)] for name, a, b in
-                          zip(("setup_claim", "reference", "plan_memory"), at, at[1:])] + list(extra.get("steps") or [])
+        extra["steps"] = ([[name, round(a, 3), round(b, 3)] for name, a, b in zip(names, at, at[1:])]
+                          + list(extra.get("steps") or []) + after_steps)
         return res.with_(phase_s={**phase, **res.phase_s}, device=str(self.device), extra=extra)
 
     def close(self) -> None:
@@ -2526,6 +2533,18 @@ class DeviceEvaluator:
 
         ``alternate``: baseline modes to time in this job, interleaved with the candidate's timing in
         ``job.protocol.alternate_rounds`` blocks each; their pooled stats go into ``measured``."""
+        # each step's [name, start, end] (epoch s): which step a slot was in when another's window waited
+        # (extra["steps"], read by scripts/window_drains.py; _finish closes it on every path)
+        steps: list[list[Any]] = []
+        last_at = [time.time()]
+        self._timeline = (steps, last_at)
+
+        def split(name: str) -> None:
+            """A step of the timeline (``steps``) only, inside one of ``mark``'s: ``phase`` is unchanged."""
+            now_at = time.time()
+            steps.append([name, round(last_at[0], 3), round(now_at, 3)])
+            last_at[0] = now_at
+
         if not self._triton_seed_tried:  # once, before this job's shared buffers take device memory
             self._triton_seed_tried = True
             self._triton_seed = make_seed(self.scratch / "triton-seed", self.child_env)
@@ -2534,7 +2553,9 @@ class DeviceEvaluator:
             childjob = self._child_job(job, ctx, jobdir, shared)
         except BaseException:
             self._free_share()
+            self._timeline = None
             raise
+        split("share_sets")  # the input sets drawn again and copied into the candidate's shared buffers
         timing_windows: list[dict[str, Any]] = []
         # what became of the checks that can be skipped: "judged", or why not (extra["integrity_checks"])
         checks: dict[str, Any] = {}
@@ -2548,10 +2569,6 @@ class DeviceEvaluator:
         build_info: dict[str, Any] = {}
         state = "start"
         last = [time.perf_counter()]
-        # each step's [name, start, end] (epoch s): which step a slot was in when another's window waited
-        # (extra["steps"], read by scripts/window_drains.py)
-        steps: list[list[Any]] = []
-        last_at = [time.time()]
 
         def mark(name: str) -> None:
             """Trusted-side wall seconds of one step of the candidate's evaluation (``slot_*``)."""
@@ -2559,12 +2576,6 @@ class DeviceEvaluator:
             phase[f"slot_{name}"] = phase.get(f"slot_{name}", 0.0) + (now - last[0])
             steps.append([name, round(last_at[0], 3), round(now_at, 3)])
             last[0], last_at[0] = now, now_at
-
-        def split(name: str) -> None:
-            """A step of the timeline (``steps``) only, inside one of ``mark``'s: ``phase`` is unchanged."""
-            now_at = time.time()
-            steps.append([name, round(last_at[0], 3), round(now_at, 3)])
-            last_at[0] = now_at
 
         def add(msg: dict[str, Any]) -> None:
             for f in msg.get("findings") or []:
@@ -2644,8 +2655,8 @@ class DeviceEvaluator:
                                                   findings=tuple(findings),
                                                   extra={"share_failed": True, "sandbox": env_note}), jobdir)
             mark("start")  # process start, sandbox, imports
-            state = "build"
             h.chan.send({"cmd": "build"})
+            state = "build"  # the candidate's code runs from here on
             moved_s[0] = 0.0
             built = expect(mono0 + job.build_timeout_s, "built", host_step=True)
             stopped_s["build"] = moved_s[0]
@@ -2926,6 +2937,12 @@ class DeviceEvaluator:
                         "result was timed)", "the output of the last timed call", stale=stale)
 
     def _finish(self, h: ChildHandle | None, res: EvalResult, jobdir: Path) -> EvalResult:
+        if self._timeline is not None:
+            steps, last_at = self._timeline
+            self._timeline = None
+            if "steps" not in res.extra:  # a path that ended early: its steps so far, and the rest until now
+                res = res.with_(extra={**res.extra, "steps": steps + [["ended", round(last_at[0], 3),
+                                                                          round(time.time(), 3)]]})
         if res.outcome is Outcome.OOM and self.device.type == "cuda":
             # what this (trusted) process held when the candidate ran out of memory, read before the
             # candidate's process is closed (device_free_bytes counts what it still holds): tells a

@@ -10,8 +10,9 @@ times three workloads with kbench's timer (the ``kbench`` protocol's settings on
 conditions, the conditions' order rotated each round:
 
 - ``quiet``: nothing else runs;
-- ``host``: ``--procs`` processes, each with torch imported, fork children that make a host tensor and exit,
-  without touching the GPU: the host-side cost of process starts alone;
+- ``host``: ``--procs`` processes, each with torch imported, fork children that make a host tensor, live on
+  for ``--host-pace-s`` and exit, without touching the GPU: the host-side cost of process starts alone, at about
+  the rate of the ``context`` children;
 - ``context``: the children also make a CUDA context on the device and allocate one block, as a candidate's
   process (forked from kbench's zygote) does before its first command.
 
@@ -27,10 +28,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import select
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -39,68 +40,81 @@ sys.path.insert(0, str(REPO))
 
 #: a churner: imports torch once (no CUDA), says "ready", then forks children until its stdin closes, as
 #: kbench's zygote starts candidate processes; each child (``context``) makes a CUDA context on the device and
-#: one block, or (``host``) only makes a host tensor, and exits; the churner prints a line per child ended
+#: one block, or (``host``) only makes a host tensor, then lives on until ``pace`` seconds after its fork (so the
+#: two kinds start and end processes at about the same rate), and exits 0; a child that failed exits 1 and is not
+#: counted. At the end the churner prints the end times (epoch s) of its children that succeeded, as JSON: the
+#: timing process is not woken while it times.
 CHURNER = """
-import os, sys, torch
-kind, dev = sys.argv[1], sys.argv[2]
+import json, os, select, sys, time, torch
+kind, dev, pace = sys.argv[1], sys.argv[2], float(sys.argv[3])
 print("ready", flush=True)
-import select
+ends = []
 while not select.select([sys.stdin], [], [], 0)[0]:
+    t0 = time.time()
     pid = os.fork()
     if pid == 0:
+        code = 1
         try:
             if kind == "context":
                 torch.cuda.init(); x = torch.empty(1 << 20, device=dev); torch.cuda.synchronize()
             else:
                 x = torch.empty(1 << 20)
+                time.sleep(max(0.0, pace - (time.time() - t0)))
+            code = 0
         finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    print("1", flush=True)
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        ends.append(time.time())
+print(json.dumps(ends), flush=True)
 """
 
 
 class Churn:
     """``procs`` churner processes (:data:`CHURNER`) of ``kind`` (``host`` or ``context``) starting and ending
-    children until stopped; ``ended`` counts the children ended so far. Session 20's first version started
-    each child as a new interpreter importing torch, and none ended while any block was timed (its blocks'
-    ``children`` were all 0; each block took about 1-2 s): its figures show nothing about contexts."""
+    children until stopped; after it, ``ends`` holds the end times of the children that succeeded, and
+    :meth:`ended_between` counts them in a block. Session 20's first version started each child as a new
+    interpreter importing torch, and none ended while any block was timed (its blocks' ``children`` were all
+    0; each block took about 1-2 s): its figures show nothing about contexts."""
 
-    def __init__(self, kind: str, procs: int, device: str) -> None:
-        self.kind, self.ended = kind, 0
-        self._lock = threading.Lock()
-        self._procs = [subprocess.Popen([sys.executable, "-c", CHURNER, kind, device], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True) for _ in range(procs)]
-        self._readers: list[threading.Thread] = []
+    START_TIMEOUT_S = 120.0
 
-    def _read(self, p: subprocess.Popen) -> None:
-        assert p.stdout is not None
-        for line in p.stdout:
-            if line.strip() == "1":
-                with self._lock:
-                    self.ended += 1
+    def __init__(self, kind: str, procs: int, device: str, pace_s: float) -> None:
+        self.kind, self.ends = kind, []
+        self._procs = [subprocess.Popen([sys.executable, "-c", CHURNER, kind, device, str(pace_s)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                       for _ in range(procs)]
 
     def __enter__(self) -> "Churn":
         for p in self._procs:  # each churner has imported torch before the blocks begin
             assert p.stdout is not None
-            if p.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"a {self.kind} churner did not start")
-        for p in self._procs:
-            t = threading.Thread(target=self._read, args=(p,), daemon=True)
-            t.start()
-            self._readers.append(t)
+            ready, _, _ = select.select([p.stdout], [], [], self.START_TIMEOUT_S)
+            if not ready or p.stdout.readline().strip() != "ready":
+                self._kill()
+                raise RuntimeError(f"a {self.kind} churner did not start within {self.START_TIMEOUT_S:.0f} s")
         time.sleep(1.0)  # children are starting and ending by now
         return self
 
+    def _kill(self) -> None:
+        for p in self._procs:
+            p.kill()
+            p.wait()
+
     def __exit__(self, *exc: object) -> None:
         for p in self._procs:
-            assert p.stdin is not None
-            p.stdin.write("stop\n")
-            p.stdin.close()
-        for p in self._procs:
-            p.wait(60)
-        for t in self._readers:
-            t.join(10)
+            try:
+                out, _ = p.communicate("stop\n", timeout=60)
+            except subprocess.TimeoutExpired:  # a child hung (a context never made): counted as nothing
+                p.kill()
+                p.wait()
+                continue
+            try:
+                self.ends.extend(json.loads(out.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                pass
+
+    def ended_between(self, lo: float, hi: float) -> int:
+        return sum(1 for t in self.ends if lo <= t <= hi)
 
 
 def main() -> int:
@@ -109,6 +123,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--procs", type=int, default=2, help="children starting at a time (default 2)")
     ap.add_argument("--device", default="cuda:0", help="cuda:N; cpu only checks that the script runs")
+    ap.add_argument("--host-pace-s", type=float, default=0.4,
+                    help="a host child lives this long (s), about a context child's life, so both conditions "
+                         "start processes at a like rate (default 0.4)")
     a = ap.parse_args()
     if a.rounds < 1 or a.procs < 1:
         ap.error("--rounds and --procs must be at least 1")
@@ -139,19 +156,23 @@ def main() -> int:
     blocks: list[dict] = []
     for r in range(a.rounds):
         for cond in conds[r % 3:] + conds[:r % 3]:
-            churn = Churn(cond, a.procs, str(dev)) if cond != "quiet" else None
+            churn = Churn(cond, a.procs, str(dev), a.host_pace_s) if cond != "quiet" else None
+            mine: list[dict] = []
             try:
                 if churn is not None:
                     churn.__enter__()
                 for name, fn in work.items():
-                    before = churn.ended if churn else 0
+                    t0 = time.time()
                     stats, _info = T.time_callable(fn, dev, settings)
-                    # children ended while the block was timed: a churn block with none measured nothing
-                    blocks.append({"round": r, "cond": cond, "work": name, "median_ms": stats.median_ms,
-                                   "n": stats.n, "children": (churn.ended - before) if churn else 0})
+                    mine.append({"round": r, "cond": cond, "work": name, "median_ms": stats.median_ms,
+                                 "n": stats.n, "from": t0, "to": time.time(), "children": 0})
             finally:
                 if churn is not None:
                     churn.__exit__()
+                    # children ended while the block was timed: a churn block with none measured nothing
+                    for b in mine:
+                        b["children"] = churn.ended_between(b["from"], b["to"])
+                blocks.extend(mine)
     summary = {}
     for name in work:
         for cond in ("host", "context"):

@@ -613,8 +613,8 @@ def test_a_window_goes_on_beside_a_candidates_process_start_only_when_asked(
             assert imported_at >= seen["window_end"], "the candidate's code ran during another slot's window"
             assert res.phase_s["slot_start"] >= 2.0, res.phase_s  # the start's time includes the window
             steps = {name: (a, b) for name, a, b in res.extra["steps"]}
-            assert list(steps)[:7] == ["setup_claim", "reference", "plan_memory", "start", "build_construct",
-                                       "first_call", "correctness"]
+            assert list(steps)[:8] == ["setup_claim", "reference", "plan_memory", "share_sets", "start",
+                                       "build_construct", "first_call", "correctness"]
             assert all(a <= b for a, b in steps.values())
             assert all(b[1] >= a[2] for a, b in zip(res.extra["steps"], res.extra["steps"][1:]))  # in order
             assert steps["start"][1] - steps["start"][0] >= 2.0 and steps["start"][1] <= imported_at
@@ -628,3 +628,28 @@ def test_a_bad_start_off_hold_switch_names_itself(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("KBENCH_START_OFF_HOLD", "maybe")
     with pytest.raises(ValueError, match="KBENCH_START_OFF_HOLD"):
         DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+
+
+def test_every_path_stores_the_candidates_steps(tmp_path: Path) -> None:
+    """A candidate that fails to build, or runs out of time building, stores the steps it got through and the rest
+    until it ended (a build that ran long is what a drain most likely waited for), back to back."""
+    from execution.test_reference_budget import CORRECT
+
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    try:
+        broken = evaluate(ev, "def broken(:\n")
+        slow = evaluate(ev, "import time as _t\n_t.sleep(30)\n" + CORRECT, build_timeout_s=2.0)
+        fine = evaluate(ev, CORRECT)
+        assert broken.outcome is Outcome.COMPILE_ERROR and slow.outcome is Outcome.TIMEOUT, (describe(broken), describe(slow))
+        for res in (broken, slow):
+            names = [s[0] for s in res.extra["steps"]]
+            assert names == ["setup_claim", "reference", "plan_memory", "share_sets", "start", "ended"], names
+        assert slow.extra["steps"][-1][2] - slow.extra["steps"][-1][1] >= 1.9  # the build that timed out
+        names = [s[0] for s in fine.extra["steps"]]
+        assert names[:6] == ["setup_claim", "reference", "plan_memory", "share_sets", "start", "build_construct"]
+        assert names[-1] in ("finish", "baselines") and "ended" not in names
+        for res in (broken, slow, fine):
+            st = res.extra["steps"]
+            assert all(b[1] >= a[2] - 1e-3 for a, b in zip(st, st[1:])), st
+    finally:
+        ev.close()

@@ -78,3 +78,14 @@ def test_the_host_probe_is_stored_but_does_not_split_the_hardware_hash() -> None
     fp = collect_fingerprint("cpu")
     assert isinstance(fp["host_probe_ms"], float) and 0 < fp["host_probe_ms"] < 10_000
     assert hardware_fingerprint({**fp, "host_probe_ms": fp["host_probe_ms"] * 3}) == fp["hardware_fingerprint"]
+
+
+def test_the_runs_host_probe_is_the_least_loaded_slots() -> None:
+    from types import SimpleNamespace
+
+    from kernelbench_harness.executors.base import Executor
+
+    slots = [{"slot": i, "device": "cuda:0", "fingerprint": {"hardware_fingerprint": "hw", "host_probe_ms": ms}}
+             for i, ms in enumerate([61.0, 30.5, 44.0])]
+    fp = Executor.fingerprint(SimpleNamespace(slots=slots))  # type: ignore[arg-type]
+    assert fp["host_probe_ms"] == 30.5 and [s["host_probe_ms"] for s in fp["slots"]] == [61.0, 30.5, 44.0]
