@@ -11,7 +11,8 @@ span (first request to last end), the drains' sum, mean, median, 90th percentile
 drains. ``--culprits S``: for each drain of at least S seconds, the other jobs running meanwhile with the
 phases that can hold the device for long (``reference``: the set-up, ``construct``, ``slot_start``...) and,
 for results stored with them (``extra["steps"]``), the steps each was in during the drain.
-``--first N``: only the run's first N results in the order they were stored (a prefix, to compare runs cut
+``--by-step``: the slot-seconds each step of the other jobs ran during the drains, summed (what the windows
+waited for). ``--first N``: only the run's first N results in the order they were stored (a prefix, to compare runs cut
 at different points).
 """
 
@@ -43,6 +44,22 @@ def drains(rows: list[tuple]) -> list[tuple[float, float, float, str]]:
     return out
 
 
+def steps_in_drains(rows: list[tuple], ds: list[tuple[float, float, float, str]]) -> dict[str, float]:
+    """Slot-seconds each step name (``extra["steps"]``) was running during the drains ``ds`` (see
+    :func:`drains`), summed over the drains and over every job but the one whose window waited: what the
+    windows waited for. Results stored without steps count nothing."""
+    out: dict[str, float] = {}
+    for drain_s, since, start, job in ds:
+        if drain_s <= 0:
+            continue
+        for lv, pid, _ph, ex, _at in rows:
+            if f"L{lv}/{pid}" == job:
+                continue
+            for name, sec in steps_during(ex, since, start):
+                out[name] = out.get(name, 0.0) + sec
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True)
@@ -51,6 +68,8 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=10, help="the largest drains listed (default 10)")
     ap.add_argument("--culprits", type=float, default=None, metavar="S",
                     help="jobs running during each drain of at least S seconds")
+    ap.add_argument("--by-step", action="store_true",
+                    help="slot-seconds each step of the other jobs ran during the drains (results stored with steps)")
     a = ap.parse_args()
     if (a.first is not None and a.first < 1) or a.top < 1:
         ap.error("--first and --top take a count of 1 or more")
@@ -73,6 +92,11 @@ def main() -> int:
     print(f"{a.run}: {len(rows)} results, {len(wins)} windows over {t1 - t0:.1f} s; windows {busy:.1f} s "
           f"({busy / (t1 - t0):.1%}); drains {sum(d):.1f} s ({sum(d) / (t1 - t0):.1%}): mean {statistics.mean(d):.3f}, "
           f"median {statistics.median(d):.3f}, p90 {d[int(0.9 * (len(d) - 1))]:.3f}, max {d[-1]:.2f} s")
+    if a.by_step:
+        by = steps_in_drains(rows, ds)
+        print("   during the drains, other jobs' steps (slot-seconds): "
+              + (", ".join(f"{n} {v:.1f}" for n, v in sorted(by.items(), key=lambda kv: -kv[1]))
+                 or "none stored (results from before H200 session 20's change)"))
     top = sorted(ds, reverse=True)[: a.top]
     print("   largest: " + ", ".join(f"{x[0]:.2f} s for {x[3]} at {x[1] - t0:.1f} s" for x in top))
     if a.culprits is not None:

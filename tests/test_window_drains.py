@@ -42,3 +42,13 @@ def test_the_steps_a_job_was_in_during_a_drain_are_those_overlapping_it() -> Non
     got = window_drains.steps_during(extra, 1.5, 3.0)
     assert [(n, round(s, 6)) for n, s in got] == [("reference", 0.5), ("start", 0.5), ("build_construct", 0.5)]
     assert window_drains.steps_during({}, 0.0, 1.0) == []  # stored before steps were
+
+
+def test_the_steps_the_windows_waited_for_are_summed_over_the_drains_and_the_other_jobs() -> None:
+    waiting = _row(1, (0.0, 2.0, 3.0))  # asked at 0, started at 2: a 2 s drain
+    other = (1, 2, {"total": 1.0}, {"steps": [["first_call", -1.0, 1.5], ["correctness", 1.5, 4.0]]}, 0.0)
+    own = (1, 1, {"total": 1.0}, {"steps": [["build_construct", 0.0, 2.0]]}, 0.0)  # the waiting job's: not counted
+    rows = [waiting, other]
+    ds = window_drains.drains(rows)
+    by = window_drains.steps_in_drains(rows + [own], ds)
+    assert {k: round(v, 6) for k, v in by.items()} == {"first_call": 1.5, "correctness": 0.5}
