@@ -2150,6 +2150,7 @@ class DeviceEvaluator:
             self._claim_for_setup(job.problem, protocol, job.run_seed, phase)
         at.append(time.time())
         names = ("setup_claim", "reference", "plan_memory")
+        t_ref, waited0 = time.perf_counter(), phase.get("yield_wait", 0.0)
         try:
             ctx = self.context(job.problem, protocol, job.run_seed, phase)
         except ReferenceError_ as e:
@@ -2162,7 +2163,10 @@ class DeviceEvaluator:
                                      **({"harness_error": True, "trusted_oom": True}
                                         if e.oom and self.memory_ledger is not None
                                         and (not self._alone or self._alone_fell) else {})})
-        phase["reference"] = ctx.setup_s
+        # this job's own set-up: nothing where the context was kept from an earlier job (its setup_s is that
+        # job's), and without the time its host stretches waited to take the hold back (in yield_wait)
+        phase["reference"] = max(0.0, min(ctx.setup_s, time.perf_counter() - t_ref)
+                                 - (phase.get("yield_wait", 0.0) - waited0))
         self._out_limit_bytes = max(self.OUT_LIMIT_FACTOR * int(ctx.out_nbytes),
                                     int(ctx.out_nbytes) + self.OUT_LIMIT_SLACK_BYTES)
         modes = ["eager", f"compile:{protocol.compile_mode}"]

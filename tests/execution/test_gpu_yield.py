@@ -653,3 +653,26 @@ def test_every_path_stores_the_candidates_steps(tmp_path: Path) -> None:
             assert all(b[1] >= a[2] - 1e-3 for a, b in zip(st, st[1:])), st
     finally:
         ev.close()
+
+
+def test_the_reference_phase_is_this_jobs_own_set_up(tmp_path: Path) -> None:
+    """A context kept from an earlier job of the same problem costs the next job nothing: its ``reference``
+    phase is not the earlier job's set-up time again (summed over a run's jobs, that counted one set-up many
+    times)."""
+    import dataclasses
+
+    from execution.evalkit import AFFINE
+    from execution.test_reference_budget import CORRECT
+
+    slow = dataclasses.replace(AFFINE, code=AFFINE.code.replace("        self.alpha = alpha\n",
+                                                                "        self.alpha = alpha\n"
+                                                                "        import time; time.sleep(0.8)\n"),
+                               code_sha256="")
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    try:
+        first, second = evaluate(ev, CORRECT, slow), evaluate(ev, CORRECT, slow)
+        assert first.outcome is Outcome.CORRECT and second.outcome is Outcome.CORRECT, describe(second)
+        assert first.phase_s["reference"] >= 0.8, first.phase_s
+        assert second.phase_s["reference"] < 0.3, second.phase_s  # the context was kept
+    finally:
+        ev.close()
