@@ -2592,18 +2592,16 @@ class DeviceEvaluator:
         moved_s = [0.0]  # seconds the deadlines moved by mid-step yields (expect with host_step)
         # seconds the candidate's process spent stopped for other slots' windows in its build and construction
         stopped_s: dict[str, float] = {}
-        netted: dict[str, float] = {}
 
-        def net_of_stops() -> None:
-            """``phase["build"]`` and ``phase["construct"]`` as the candidate's process measured them, less the
-            time it spent stopped mid-step (that goes to ``phase["<step>_stopped"]``; it is also in
-            ``yield_wait``): the step's own host work, comparable between runs with more or fewer windows."""
-            for step, stopped in stopped_s.items():
-                raw = phase.get(step)
-                if raw is None or stopped <= 0 or netted.get(step) == raw:  # none, or this value is net already
-                    continue
+        def child_phase(step: str, raw: float) -> None:
+            """``phase[step]`` from the candidate's process's own measure (``build``, ``construct``, its calls...),
+            less the time it spent stopped mid-step in that step (that goes to ``phase["<step>_stopped"]``; it is
+            also in ``yield_wait``): the step's own host work, comparable between runs with more or fewer
+            windows."""
+            stopped = stopped_s.get(step, 0.0)
+            if stopped > 0:
                 phase[f"{step}_stopped"] = stopped
-                phase[step] = netted[step] = max(0.0, raw - stopped)
+            phase[step] = max(0.0, raw - stopped)
 
         def expect(deadline: float, *events: str, host_step: bool = False) -> dict[str, Any]:
             """The candidate's next message of one of ``events``. ``host_step``: the process is in a step of
@@ -2665,8 +2663,7 @@ class DeviceEvaluator:
             built = expect(mono0 + job.build_timeout_s, "built", host_step=True)
             stopped_s["build"] = moved_s[0]
             build_info = built.get("build") or {}
-            phase["build"] = float((built.get("phase_s") or {}).get("build", 0.0))
-            net_of_stops()
+            child_phase("build", float((built.get("phase_s") or {}).get("build", 0.0)))
             if not built.get("ok"):
                 kind = str(built.get("kind", "compile_error"))
                 outcome = {"oom": Outcome.OOM, "runtime_error": Outcome.RUNTIME_ERROR}.get(kind, Outcome.COMPILE_ERROR)
@@ -2788,8 +2785,9 @@ class DeviceEvaluator:
             done = expect(time.monotonic() + 60, "done")
             mark("finish")
             build_info = done.get("build") or build_info
-            phase.update({k: float(v) for k, v in (done.get("phase_s") or {}).items() if isinstance(v, (int, float))})
-            net_of_stops()
+            for k, v in (done.get("phase_s") or {}).items():
+                if isinstance(v, (int, float)):
+                    child_phase(k, float(v))
             res = self._verdict(job, ctx, compared, ok, findings, stats, tinfo, launches, profile, build_info)
             extra = dict(res.extra)
             extra.update({"sandbox": env_note, "build": build_info, "weights": weights, "launches": launches,
