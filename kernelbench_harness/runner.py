@@ -307,14 +307,15 @@ def _check_environment() -> None:
 
     Raises:
         ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer; ``KBENCH_DEVSHARE``,
-            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_PCH``, ``KBENCH_SLIM_HEADERS`` or ``KBENCH_START_OFF_HOLD`` is not an
-            on/off switch;
+            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_PCH``, ``KBENCH_SLIM_HEADERS``, ``KBENCH_START_OFF_HOLD`` or
+            ``KBENCH_COMPILE_OFF_HOLD`` is not an on/off switch;
             ``KBENCH_SANDBOX_LAYERS`` names an unknown layer.
     """
     import torch
 
     from .execution import devshare
-    from .execution.device import START_OFF_HOLD_ENV, ProblemContext, start_off_hold_enabled
+    from .execution.device import (COMPILE_OFF_HOLD_ENV, START_OFF_HOLD_ENV, ProblemContext, compile_off_hold_enabled,
+                                   start_off_hold_enabled)
 
     try:
         devshare.enabled()
@@ -327,6 +328,7 @@ def _check_environment() -> None:
                        (build.pch_enabled, "set KBENCH_PCH=0 (no precompiled headers) or 1, or unset it (1)"),
                        (build.slim_headers_enabled, "set KBENCH_SLIM_HEADERS=0 or 1, or unset it (1)"),
                        (start_off_hold_enabled, f"set {START_OFF_HOLD_ENV}=0 or 1, or unset it (0)"),
+                       (compile_off_hold_enabled, f"set {COMPILE_OFF_HOLD_ENV}=0 or 1, or unset it (1)"),
                        (sandbox.pinned_layers, "name the layers to try first from netns, landlock, caps, seccomp "
                                                "(e.g. KBENCH_SANDBOX_LAYERS=netns,caps), or unset it")):
         try:

@@ -70,6 +70,27 @@ def start_off_hold_enabled() -> bool:
     return env_switch(START_OFF_HOLD_ENV, default=False)
 
 
+COMPILE_OFF_HOLD_ENV = "KBENCH_COMPILE_OFF_HOLD"
+
+
+def compile_off_hold_enabled() -> bool:
+    """Whether ``KBENCH_COMPILE_OFF_HOLD`` lets a timing window that another slot queued go on while this
+    slot's candidate compiles a Triton kernel inside one of its correctness calls (the first call of a fresh
+    process JIT-compiles every Triton kernel it launches: 0.6-1.1 s a candidate on an H200 host in session
+    20, all of it host work, held under the slot's shared hold before). The candidate's process announces
+    each compile (``{"event": "host_work"}``, from Triton's ``jit_cache_hook`` and
+    ``jit_post_compile_hook``, after a device synchronisation); meanwhile the trusted side treats the call
+    as a step of host work: a queued window gets the device with the process stopped where it is
+    (:meth:`DeviceEvaluator._gpu_yield` with ``midstep``). Unset: yes.
+
+    Raises:
+        ValueError: a value other than an on/off switch (:func:`..envflags.env_switch`).
+    """
+    from ..envflags import env_switch
+
+    return env_switch(COMPILE_OFF_HOLD_ENV, default=True)
+
+
 def share_plan(n_sets: int, set_nbytes: int, out_nbytes: int, total_memory: int, fraction: float) -> str | None:
     """How a candidate's input sets reach its process through shared device memory: ``"all"`` (one
     buffer per set) when every set plus the output buffer fits in ``fraction`` of the device's memory,
@@ -1152,6 +1173,9 @@ class DeviceEvaluator:
         #: slot's shared hold given up, so a timing window queued meanwhile need not wait for it
         #: (``KBENCH_START_OFF_HOLD``, off by default until measured on a GPU; see :func:`start_off_hold_enabled`)
         self.start_off_hold = start_off_hold_enabled()
+        #: a window queued while the candidate compiles a Triton kernel in a correctness call goes on beside
+        #: the compile (``KBENCH_COMPILE_OFF_HOLD``, on by default; see :func:`compile_off_hold_enabled`)
+        self.compile_off_hold = compile_off_hold_enabled()
         self._share_bufs: list[_devshare.SharedBuffer] = []
         self._share_out: _devshare.SharedBuffer | None = None
         self._share_failures = 0
@@ -2427,6 +2451,8 @@ class DeviceEvaluator:
             "env": {},
             # after its hello the process waits for {"cmd": "build"} before any candidate code runs
             "build_cmd": True,
+            # the process announces its Triton JIT compiles (host work) to the trusted side
+            "compile_notice": self.compile_off_hold,
             **ctx.job_fields(shared[0] if shared else None),
             "share": shared[1] if shared else None,
         }
@@ -2603,14 +2629,18 @@ class DeviceEvaluator:
                 phase[f"{step}_stopped"] = stopped
             phase[step] = max(0.0, raw - stopped)
 
-        def expect(deadline: float, *events: str, host_step: bool = False) -> dict[str, Any]:
+        def expect(deadline: float, *events: str, host_step: bool = False, notices: bool = False) -> dict[str, Any]:
             """The candidate's next message of one of ``events``. ``host_step``: the process is in a step of
             host work (build, construction) that a window queued meanwhile need not wait for: it is stopped
             mid-step and let go on after the window (:meth:`_gpu_yield`); ``deadline`` moves by the wait, and
-            so does ``moved_s[0]``."""
+            so does ``moved_s[0]``. ``notices``: the process's ``host_work`` announcements (a Triton compile
+            inside a call, its device work synchronised first) make the stretch between ``on`` and ``off`` such
+            a step too (only where the process is not inside its own timing window); elsewhere they are
+            read and dropped."""
             assert h is not None
+            announced = False
             while True:
-                if host_step and self._gpu_share is not None:
+                if (host_step or announced) and self._gpu_share is not None:
                     try:
                         msg = h.chan.recv(timeout_s=min(self.MIDSTEP_POLL_S, max(0.0, deadline - time.monotonic())))
                     except ChannelTimeout:
@@ -2623,6 +2653,12 @@ class DeviceEvaluator:
                 else:
                     msg = h.chan.recv(timeout_s=max(0.0, deadline - time.monotonic()))
                 add(msg)
+                if msg.get("event") == "host_work":
+                    if notices:
+                        announced = msg.get("on") is True
+                        if announced:
+                            phase["host_work_notices"] = phase.get("host_work_notices", 0.0) + 1.0
+                    continue
                 if msg.get("event") == "need_set" and "need_set" not in events:
                     self._stage_set(h, ctx, msg)
                     continue
@@ -2685,11 +2721,19 @@ class DeviceEvaluator:
             run_deadline += self._gpu_yield(h, phase, run_deadline)
             h.chan.send({"cmd": "next"})
             ok = True
+            notices = self.compile_off_hold
             for i in range(ctx.n_correct):
-                msg = expect(run_deadline, "output")
+                moved_s[0] = 0.0
+                msg = expect(run_deadline, "output", notices=notices)
+                # stopped inside the call for other slots' windows while it compiled (announced host work)
+                run_deadline += moved_s[0]
+                if moved_s[0] > 0:
+                    for k in ("trial_call", "jit_compile") + (("trial_call_first",) if i == 0 else ()):
+                        stopped_s[k] = stopped_s.get(k, 0.0) + moved_s[0]
                 if i == 0:
-                    # the candidate's first call (a Triton kernel's JIT compile in its fresh process: host work
-                    # under the hold) apart from the rest of the correctness step
+                    # the candidate's first call (a Triton kernel's JIT compile in its fresh process: host work,
+                    # announced to let a queued window in, see compile_off_hold_enabled) apart from the rest of
+                    # the correctness step
                     split("first_call")
                 for k in launches:
                     launches[k] += int((msg.get("launches") or {}).get(k, 0))
@@ -2705,7 +2749,11 @@ class DeviceEvaluator:
                 run_deadline += self._gpu_yield(h, phase, run_deadline)
                 h.chan.send({"cmd": "next"} if i + 1 < ctx.n_correct else {"cmd": "continue"})
             if ok:  # the process's precision watch (one more call) is done; it waits from here on
-                expect(run_deadline, "watched")
+                moved_s[0] = 0.0
+                expect(run_deadline, "watched", notices=notices)
+                run_deadline += moved_s[0]
+                if moved_s[0] > 0:
+                    stopped_s["jit_compile"] = stopped_s.get("jit_compile", 0.0) + moved_s[0]
             static_cheat = any(f.severity is Severity.CHEAT for f in findings)
             mark("correctness")  # candidate calls and trusted-side comparisons
             if ok and not static_cheat and job.protocol.ablate_kernels:

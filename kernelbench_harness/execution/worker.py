@@ -19,6 +19,8 @@ Conversation with the trusted side (JSON lines, see :mod:`.channel`)::
     parent -> {"cmd": "recheck", set, inplace}   child -> {"event": "output", ...}
     parent -> {"cmd": "finish"}      child -> {"event": "done", findings}
     child -> {"event": "error", kind, error}   on any failure (then exits)
+    child -> {"event": "host_work", on, what}  at any time (job["compile_notice"]): a stretch of host work
+             (a Triton JIT compile) begins, its device work synchronised first (on: true), or ends (on: false)
 """
 
 from __future__ import annotations
@@ -114,6 +116,98 @@ class _LaunchCounter:
             if cls.run is not fn:
                 bad.append(label)
         return bad
+
+
+#: the job whose channel host-work notices go out on (set by _Job), see :func:`host_work`
+_NOTICE_JOB: list[Any] = [None]
+
+
+def host_work(on: bool, what: str = "triton_compile") -> None:
+    """Tell the trusted side that this process begins (``on``) or ends a stretch of host-only work, such as a
+    Triton kernel's JIT compile inside a call. Beginning one first synchronises the device, so no device work
+    of this process is in flight: a timing window another slot queued may then go on while this process is
+    stopped where it is (:meth:`.device.DeviceEvaluator._gpu_yield`). Does nothing unless the job asks for
+    notices (``job["compile_notice"]``), outside the main thread, while the current stream is being captured
+    into a CUDA graph, or where the stretch is already in that state. Its seconds go to ``phase_s``
+    (``jit_compile``, and the count in ``jit_compiles``).
+
+    Args:
+        on: True where the stretch begins, False where it ends.
+        what: what the work is (recorded by the trusted side).
+    """
+    j = _NOTICE_JOB[0]
+    if j is None or not j.job.get("compile_notice") or bool(on) == j.host_work_on:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if on and j.device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            return
+        j.sync()
+    j.host_work_on = bool(on)
+    if on:
+        j.host_work_t0 = _perf_counter()
+    else:
+        j._add_phase("jit_compile", _perf_counter() - j.host_work_t0)
+        j._add_phase("jit_compiles", 1.0)
+    j.send({"event": "host_work", "on": bool(on), "what": str(what)[:100]})
+
+
+def _install_compile_notices() -> bool:
+    """Announce every Triton JIT compile in this process (:func:`host_work`) through Triton's
+    ``knobs.runtime.jit_cache_hook`` (called before a compile) and ``jit_post_compile_hook`` (after it; the
+    compiled kernel's launcher and module are loaded there too, so that host work is inside the stretch).
+    Hooks already set are still called. Not while Triton compiles asynchronously (its post-compile hook then
+    runs elsewhere). Returns whether the hooks were installed (False without Triton or its knobs)."""
+    try:
+        from triton import knobs
+
+        rt = knobs.runtime
+        prev_pre, prev_post = rt.jit_cache_hook, rt.jit_post_compile_hook
+    except Exception:
+        return False
+
+    def _async() -> bool:
+        try:
+            from triton.runtime import _async_compile
+
+            return _async_compile.active_mode.get() is not None
+        except Exception:
+            return False
+
+    def before(**kw: Any) -> Any:
+        out = prev_pre(**kw) if prev_pre is not None else None
+        if not out and not _async():  # a true answer skips the compile
+            try:
+                host_work(True)
+            except Exception:
+                pass
+        return out
+
+    def after(**kw: Any) -> Any:
+        try:
+            j = _NOTICE_JOB[0]
+            if j is not None and j.host_work_on:
+                try:  # the launcher and the module load, which the first launch would do right after
+                    jf = getattr(kw.get("fn"), "jit_function", None)
+                    dev = (kw.get("compile") or {}).get("device")
+                    kern = jf.device_caches[dev][0].get(kw.get("key")) if jf is not None else None
+                    init = getattr(kern, "_init_handles", None)
+                    if callable(init):
+                        init()
+                except Exception:  # the launch raises it again where it matters
+                    pass
+                host_work(False)
+        except Exception:
+            pass
+        return prev_post(**kw) if prev_post is not None else None
+
+    try:
+        rt.jit_cache_hook = before
+        rt.jit_post_compile_hook = after
+    except Exception:
+        return False
+    return True
 
 
 def _finding(check: str, severity: str, tag: str, message: str, **data: Any) -> dict[str, Any]:
@@ -237,6 +331,11 @@ class _Job:
         self.share: dict[str, Any] | None = job.get("share") if self.device.type == "cuda" else None
         self.shared_out: torch.Tensor | None = None
         self.out_cursor = 0
+        # a stretch of announced host work (host_work) is on, and since when (perf_counter s)
+        self.host_work_on = False
+        self.host_work_t0 = 0.0
+        self.compile_notices = False  # Triton's compile hooks installed (_install_compile_notices)
+        _NOTICE_JOB[0] = self
 
     # -- helpers -----------------------------------------------------------------------------
     def send(self, obj: dict[str, Any]) -> None:
@@ -402,6 +501,8 @@ class _Job:
         cache = Path(self.job["build_cache"]) if self.job.get("build_cache") else None
         install_build_hooks(build_dir, cache, self.record, pch=bool(self.job.get("pch")))
         self.launches.install()
+        if self.job.get("compile_notice"):  # (Triton's interpreter, on a CPU, compiles nothing: never called)
+            self.compile_notices = _install_compile_notices()
         src_path = Path(self.job["candidate_path"])
         source = src_path.read_text(encoding="utf-8")
         mod = types.ModuleType("kb_candidate")
@@ -496,6 +597,8 @@ class _Job:
         tl0 = self.launches.triton
         t0 = _perf_counter()
         out = self.call(call_args)
+        if self.host_work_on:  # a compile that raised inside the call and was caught by the candidate
+            host_work(False)
         self.sync()
         dt = _perf_counter() - t0
         self._add_phase("trial_load", t0 - t_load)

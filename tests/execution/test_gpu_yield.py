@@ -676,3 +676,112 @@ def test_the_reference_phase_is_this_jobs_own_set_up(tmp_path: Path) -> None:
         assert second.phase_s["reference"] < 0.3, second.phase_s  # the context was kept
     finally:
         ev.close()
+
+
+@pytest.mark.parametrize("notices", [True, False])
+def test_a_window_goes_on_beside_a_compile_announced_inside_the_first_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, notices: bool) -> None:
+    """A candidate's first call compiles its Triton kernels (host work, 0.6-1.1 s on an H200's host): the
+    process announces the compile (``worker.host_work``, from the Triton compile hooks the worker installs;
+    Triton's interpreter compiles nothing, so here the candidate calls the hooks around a 1.5 s sleep), and a window another slot queues meanwhile gets
+    the device with the process stopped mid-call, instead of waiting for the call to end. With
+    ``KBENCH_COMPILE_OFF_HOLD=0`` the notices are not sent and the window waits for the whole call."""
+    from execution.test_reference_budget import CORRECT
+
+    stamp = tmp_path / "compiling"
+    source = CORRECT + f'''
+
+import time as _t
+from triton import knobs as _knobs
+_Base = ModelNew
+
+
+class ModelNew(_Base):
+    def forward(self, *args):
+        if not getattr(self, "_compiled", False):
+            self._compiled = True
+            # (no hooks where the worker was asked for no notices)
+            _knobs.runtime.jit_cache_hook and _knobs.runtime.jit_cache_hook(key="k", fn=None, compile={{}})
+            open({str(stamp)!r}, "w").close()
+            _t.sleep(1.5)
+            _knobs.runtime.jit_post_compile_hook and _knobs.runtime.jit_post_compile_hook(key="k", fn=None,
+                                                                                            compile={{}})
+        return super().forward(*args)
+'''
+    monkeypatch.setenv("KBENCH_COMPILE_OFF_HOLD", "1" if notices else "0")
+    key = _key()
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    ev.host_lock_key = key
+    assert ev.compile_off_hold is notices
+    window = HostDeviceLock(key)
+    seen: dict = {}
+
+    def other_slot() -> None:
+        if not _wait_until(stamp.exists, 60.0):
+            return
+        seen["wait"] = window.acquire(timeout_s=10.0)
+        try:
+            seen["state"] = Path(f"/proc/{seen['pid']}/stat").read_text().split(") ")[1][0] if "pid" in seen else "?"
+            time.sleep(0.1)
+        finally:
+            window.release()
+
+    start = ev.launcher.start
+
+    def start_and_note(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        h = start(*a, **k)
+        seen["pid"] = h.pid
+        return h
+
+    monkeypatch.setattr(ev.launcher, "start", start_and_note)
+    t = threading.Thread(target=other_slot)
+    t.start()
+    try:
+        res = evaluate(ev, source, AFFINE)
+        t.join(15)
+        assert not t.is_alive()
+        assert res.outcome is Outcome.CORRECT, describe(res)
+        if notices:
+            assert seen["wait"] < 0.5, f"the window waited {seen['wait']:.2f} s for the announced compile"
+            assert seen["state"] == "T", seen  # the candidate's process was stopped mid-call meanwhile
+            assert res.phase_s["host_work_notices"] == 1.0 and res.phase_s.get("midstep_yields", 0) >= 1, res.phase_s
+            # the call's own time apart from the time it was stopped for the window
+            assert res.phase_s["trial_call_first_stopped"] >= 0.09, res.phase_s
+            # (a sleep runs on while the process is stopped: its 1.5 s less the time stopped)
+            assert 1.2 <= res.phase_s["jit_compile"] < 2.5 and res.phase_s["jit_compiles"] == 1.0, res.phase_s
+        else:
+            assert seen["wait"] >= 1.0, f"a window got the device during the call: {seen}"
+            assert "host_work_notices" not in res.phase_s and "jit_compile" not in res.phase_s, res.phase_s
+    finally:
+        ev.close()
+
+
+def test_announced_host_work_is_not_honoured_inside_the_candidates_own_timing(tmp_path: Path) -> None:
+    """A notice sent while the candidate times itself (it holds the window) changes nothing: the trusted side
+    reads it and goes on waiting for the timing; no yield happens inside a window."""
+    from execution.test_reference_budget import CORRECT
+
+    source = CORRECT + '''
+
+from triton import knobs as _knobs
+_Base = ModelNew
+
+
+class ModelNew(_Base):
+    def forward(self, *args):
+        _knobs.runtime.jit_cache_hook(key="k", fn=None, compile={})
+        _knobs.runtime.jit_post_compile_hook(key="k", fn=None, compile={})
+        return super().forward(*args)
+'''
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    ev.host_lock_key = _key()
+    try:
+        res = evaluate(ev, source, AFFINE)
+        assert res.outcome is Outcome.CORRECT, describe(res)
+        # honoured in the correctness calls and the precision watch's call only; those of the timed calls, the
+        # ablation and the re-checks were read and dropped
+        honoured = FAST_KBENCH.correct_trials + 1
+        assert res.phase_s["host_work_notices"] == honoured, res.phase_s
+        assert res.phase_s["jit_compiles"] > honoured + 5, res.phase_s
+    finally:
+        ev.close()

@@ -1,0 +1,108 @@
+"""The candidate process announces Triton JIT compiles to the trusted side (``worker._install_compile_notices``).
+
+On a GPU a fresh process compiles every Triton kernel in its first call; the hooks tell the trusted side where
+that host work begins and ends, so another slot's timing window need not wait for it (see
+``test_gpu_yield.test_a_window_goes_on_beside_a_compile_announced_inside_the_first_call``). Triton's interpreter
+(the CPU) compiles nothing, so these tests call the installed hooks as Triton's ``_do_compile`` does."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from kernelbench_harness.execution import worker
+
+knobs = pytest.importorskip("triton").knobs
+
+
+class _FakeJob:
+    def __init__(self, notice: bool = True) -> None:
+        self.job = {"compile_notice": notice}
+        self.device = SimpleNamespace(type="cpu")
+        self.host_work_on = False
+        self.host_work_t0 = 0.0
+        self.sent: list[dict[str, Any]] = []
+        self.phase_s: dict[str, float] = {}
+
+    def sync(self) -> None:
+        pass
+
+    def _add_phase(self, name: str, seconds: float) -> None:
+        self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
+
+    def send(self, obj: dict[str, Any]) -> None:
+        self.sent.append(obj)
+
+
+@pytest.fixture
+def hooks(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """Triton's runtime hooks restored after the test; a fake job to send the notices."""
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", None)
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", None)
+    job = _FakeJob()
+    monkeypatch.setattr(worker, "_NOTICE_JOB", [job])
+    return job
+
+
+class _Kernel:
+    def __init__(self) -> None:
+        self.loaded = 0
+
+    def _init_handles(self) -> None:
+        self.loaded += 1
+
+
+def _compile_kwargs(kernel: _Kernel | None) -> dict[str, Any]:
+    jf = SimpleNamespace(device_caches={3: ({"key-1": kernel} if kernel else {}, None, None, None, None)})
+    return {"key": "key-1", "repr": "k", "fn": SimpleNamespace(jit_function=jf), "compile": {"device": 3},
+            "is_manual_warmup": False, "already_compiled": False}
+
+
+def test_a_compile_is_announced_around_it_and_its_kernel_loaded_inside(hooks: _FakeJob) -> None:
+    assert worker._install_compile_notices()
+    kernel = _Kernel()
+    kw = _compile_kwargs(kernel)
+    assert not knobs.runtime.jit_cache_hook(**kw)  # a true answer would skip Triton's compile
+    assert hooks.sent == [{"event": "host_work", "on": True, "what": "triton_compile"}]
+    assert kernel.loaded == 0
+    knobs.runtime.jit_post_compile_hook(**kw)
+    assert kernel.loaded == 1, "the launcher and module load were left to the launch, outside the notice"
+    assert hooks.sent[-1] == {"event": "host_work", "on": False, "what": "triton_compile"}
+    assert hooks.phase_s["jit_compiles"] == 1.0 and hooks.phase_s["jit_compile"] >= 0.0
+    # a post-compile call with no stretch on sends nothing
+    knobs.runtime.jit_post_compile_hook(**kw)
+    assert len(hooks.sent) == 2
+
+
+def test_hooks_already_set_are_still_called_and_their_answer_kept(hooks: _FakeJob,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", lambda **kw: calls.append("pre") or True)
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", lambda **kw: calls.append("post"))
+    assert worker._install_compile_notices()
+    kw = _compile_kwargs(None)
+    assert knobs.runtime.jit_cache_hook(**kw) is True  # the earlier hook skips the compile: nothing announced
+    assert hooks.sent == []
+    knobs.runtime.jit_post_compile_hook(**kw)
+    assert calls == ["pre", "post"] and hooks.sent == []
+
+
+def test_a_kernel_that_fails_to_load_still_ends_the_notice(hooks: _FakeJob) -> None:
+    class Bad(_Kernel):
+        def _init_handles(self) -> None:
+            raise RuntimeError("out of shared memory")
+
+    assert worker._install_compile_notices()
+    kw = _compile_kwargs(Bad())
+    knobs.runtime.jit_cache_hook(**kw)
+    knobs.runtime.jit_post_compile_hook(**kw)  # the launch raises it again where it matters
+    assert [m["on"] for m in hooks.sent] == [True, False]
+
+
+def test_no_notices_unless_the_job_asks(hooks: _FakeJob) -> None:
+    hooks.job["compile_notice"] = False
+    worker.host_work(True)
+    worker.host_work(False)
+    assert hooks.sent == []
