@@ -73,6 +73,7 @@ class _LaunchCounter:
         self.suppress = False  # skip launches (the kernel-ablation call), counting them in ``suppressed``
         self.suppressed = 0
         self.returned: dict[int, Any] = {}  # id of a kernel -> what its last real launch returned
+        self.ran: set[int] = set()  # ids of the compiled (not interpreted) kernels run in this process
 
     def install(self) -> None:
         try:
@@ -91,13 +92,25 @@ class _LaunchCounter:
             self.originals[label] = orig
             counter = self
 
-            def run(self_: Any, *args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
+            def run(self_: Any, *args: Any, _orig: Any = orig, _jit: bool = label == "triton.JITFunction.run",
+                    **kwargs: Any) -> Any:
                 if counter.suppress and not kwargs.get("warmup", False):
                     counter.suppressed += 1
                     # what the last real launch of this kernel returned, so that the return value does not
                     # tell a skipped launch from a real one
                     return counter.returned.get(id(self_))
-                out = _orig(self_, *args, **kwargs)  # a launch that raised ran nothing: not counted
+                fresh = _jit and id(self_) not in counter.ran
+                if fresh:
+                    # a compiled kernel's first run in this process sets Triton's driver and the kernel's binder
+                    # up and compiles it: host work from here (announced, see host_work) until its
+                    # post-compile hook, or at the latest until this run returns
+                    counter.ran.add(id(self_))
+                    host_work(True)
+                try:
+                    out = _orig(self_, *args, **kwargs)  # a launch that raised ran nothing: not counted
+                finally:
+                    if fresh:
+                        host_work(False)
                 counter.returned[id(self_)] = out
                 if not kwargs.get("warmup", False):
                     counter.triton += 1
@@ -124,7 +137,9 @@ _NOTICE_JOB: list[Any] = [None]
 
 def host_work(on: bool, what: str = "triton_compile") -> None:
     """Tell the trusted side that this process begins (``on``) or ends a stretch of host-only work, such as a
-    Triton kernel's JIT compile inside a call. Beginning one first synchronises the device, so no device work
+    Triton kernel's JIT compile inside a call (from a compiled kernel's first run, which also sets up Triton's
+    driver and the kernel's argument binder, about 0.3-0.6 s in a fresh process on an H200 host, to its
+    post-compile hook; and every later compile). Beginning one first synchronises the device, so no device work
     of this process is in flight: a timing window another slot queued may then go on while this process is
     stopped where it is (:meth:`.device.DeviceEvaluator._gpu_yield`). Does nothing unless the job asks for
     notices (``job["compile_notice"]``), outside the main thread, while the current stream is being captured
