@@ -105,12 +105,12 @@ class _LaunchCounter:
                     # up and compiles it: host work from here (announced, see host_work) until its
                     # post-compile hook, or at the latest until this run returns
                     counter.ran.add(id(self_))
-                    host_work(True)
+                    _quietly(host_work, True)
                 try:
                     out = _orig(self_, *args, **kwargs)  # a launch that raised ran nothing: not counted
                 finally:
                     if fresh:
-                        host_work(False)
+                        _quietly(host_work, False)
                 counter.returned[id(self_)] = out
                 if not kwargs.get("warmup", False):
                     counter.triton += 1
@@ -168,6 +168,16 @@ def host_work(on: bool, what: str = "triton_compile") -> None:
     j.send({"event": "host_work", "on": bool(on), "what": str(what)[:100]})
 
 
+def _quietly(fn: Any, *args: Any) -> None:
+    """``fn(*args)``, any exception dropped: a notice that cannot be sent (the device's error state surfacing in its
+    synchronisation, a closed channel) must not change what the candidate's own code raises; the launch or the next
+    synchronisation raises a device error again where it matters."""
+    try:
+        fn(*args)
+    except Exception:
+        pass
+
+
 def _install_compile_notices() -> bool:
     """Announce every Triton JIT compile in this process (:func:`host_work`) through Triton's
     ``knobs.runtime.jit_cache_hook`` (called before a compile) and ``jit_post_compile_hook`` (after it; the
@@ -193,10 +203,7 @@ def _install_compile_notices() -> bool:
     def before(**kw: Any) -> Any:
         out = prev_pre(**kw) if prev_pre is not None else None
         if not out and not _async():  # a true answer skips the compile
-            try:
-                host_work(True)
-            except Exception:
-                pass
+            _quietly(host_work, True)
         return out
 
     def after(**kw: Any) -> Any:
@@ -212,7 +219,7 @@ def _install_compile_notices() -> bool:
                         init()
                 except Exception:  # the launch raises it again where it matters
                     pass
-                host_work(False)
+                _quietly(host_work, False)
         except Exception:
             pass
         return prev_post(**kw) if prev_post is not None else None
