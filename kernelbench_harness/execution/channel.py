@@ -115,6 +115,17 @@ class Channel:
                 raise ChannelClosed("peer closed the connection")
             self._buf += chunk
 
+    def pending(self) -> bool:
+        """Whether something from the peer waits to be read: bytes already buffered, or the socket readable now
+        (data, or the peer's end of the connection). Never blocks."""
+        if self._buf:
+            return True
+        try:
+            r, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True  # a closed socket: recv says so
+        return bool(r)
+
     def close(self) -> None:
         try:
             self.sock.close()

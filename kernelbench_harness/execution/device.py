@@ -2098,8 +2098,9 @@ class DeviceEvaluator:
                 in ``phase["midstep_yields"]`` too.
 
         Returns:
-            Seconds waited (0.0 when nobody was queued or no host lock is held): the caller moves the
-            candidate's deadline by as much.
+            Seconds waited (0.0 when nobody was queued, no host lock is held, or, mid-step, the process had
+            already answered when it was stopped: the step had ended): the caller moves the candidate's deadline
+            by as much.
 
         Raises:
             ChannelError: the candidate's own process holds or waits for the device lock's files (it
@@ -2134,6 +2135,11 @@ class DeviceEvaluator:
             torch.cuda.synchronize(self.device)
         timed_out = False
         with _stopped(h, self.sandbox_on):
+            if midstep and h is not None and h.chan.pending():
+                # the step ended (or its announced host work did) just before the stop: the process may have gone
+                # on to device work already (a freshly compiled kernel launched after its "off" notice), so the
+                # window is not let in here; the caller reads the message, and the next yield point comes soon
+                return 0.0
             if midstep and h is not None:
                 time.sleep(self.MIDSTEP_GRACE_S)
             lk.release()

@@ -26,6 +26,7 @@ Conversation with the trusted side (JSON lines, see :mod:`.channel`)::
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import socket
 import sys
@@ -99,8 +100,9 @@ class _LaunchCounter:
                     # what the last real launch of this kernel returned, so that the return value does not
                     # tell a skipped launch from a real one
                     return counter.returned.get(id(self_))
-                fresh = _jit and id(self_) not in counter.ran
-                if fresh:
+                job = _NOTICE_JOB[0]
+                was_on = job is not None and job.host_work_on
+                if _jit and id(self_) not in counter.ran:
                     # a compiled kernel's first run in this process sets Triton's driver and the kernel's binder
                     # up and compiles it: host work from here (announced, see host_work) until its
                     # post-compile hook, or at the latest until this run returns
@@ -109,7 +111,9 @@ class _LaunchCounter:
                 try:
                     out = _orig(self_, *args, **kwargs)  # a launch that raised ran nothing: not counted
                 finally:
-                    if fresh:
+                    # a stretch begun in this run ends with it at the latest: a compile that raised (an autotuner's
+                    # config that does not compile, caught by the autotuner) never reaches its post-compile hook
+                    if not was_on and job is not None and job.host_work_on:
                         _quietly(host_work, False)
                 counter.returned[id(self_)] = out
                 if not kwargs.get("warmup", False):
@@ -144,7 +148,9 @@ def host_work(on: bool, what: str = "triton_compile") -> None:
     stopped where it is (:meth:`.device.DeviceEvaluator._gpu_yield`). Does nothing unless the job asks for
     notices (``job["compile_notice"]``), outside the main thread, while the current stream is being captured
     into a CUDA graph, or where the stretch is already in that state. Its seconds go to ``phase_s``
-    (``jit_compile``, and the count in ``jit_compiles``).
+    (``jit_compile``, and the count in ``jit_compiles``); the trusted side nets the time the process was stopped
+    for other slots' windows inside calls out of it, not that inside the build or construction (a compile at
+    import or in ``ModelNew.__init__``).
 
     Args:
         on: True where the stretch begins, False where it ends.
@@ -216,8 +222,16 @@ def _install_compile_notices() -> bool:
                     kern = jf.device_caches[dev][0].get(kw.get("key")) if jf is not None else None
                     init = getattr(kern, "_init_handles", None)
                     if callable(init):
-                        init()
-                except Exception:  # the launch raises it again where it matters
+                        try:
+                            init()
+                        except Exception:
+                            # the launch raises it again where it matters: Triton keeps a shared-memory or thread
+                            # limit's error for it, but a failed module load (out of device memory) would leave a
+                            # launcher beside no function, so the launch is left to load it again and raise
+                            if getattr(kern, "module", None) is None and getattr(kern, "_run", None) is not None \
+                                    and not isinstance(kern._run, functools.partial):
+                                kern._run = None
+                except Exception:
                     pass
                 _quietly(host_work, False)
         except Exception:

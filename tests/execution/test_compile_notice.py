@@ -128,7 +128,10 @@ def test_a_compiled_kernels_first_run_is_announced_from_its_start(hooks: _FakeJo
             knobs.runtime.jit_post_compile_hook(**_compile_kwargs(None))
         return "launched"
 
+    import triton.runtime.interpreter as interp
+
     monkeypatch.setattr(jit.JITFunction, "run", fake_run)
+    monkeypatch.setattr(interp.InterpretedFunction, "run", interp.InterpretedFunction.run)  # restored after
     counter = worker._LaunchCounter()
     counter.install()
     monkeypatch.setattr(jit.JITFunction, "run", counter.installed["triton.JITFunction.run"][1])
@@ -152,3 +155,67 @@ def test_a_compiled_kernels_first_run_is_announced_from_its_start(hooks: _FakeJo
     with pytest.raises(RuntimeError, match="no GPU"):
         k2.run(1, grid=(1,), warmup=False, fail=True)
     assert [m["on"] for m in hooks.sent] == [True, False, True, False] and not hooks.host_work_on
+
+
+def test_a_compile_that_raises_ends_its_stretch_with_the_run(hooks: _FakeJob, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton calls the post-compile hook only after a compile that worked. An autotuner's config that does not
+    compile raises inside a later run of a kernel that ran before, and the autotuner catches it: the stretch ends
+    with that run, not with the call (the best config's launch is device work)."""
+    import triton.runtime.interpreter as interp
+    import triton.runtime.jit as jit
+
+    def fake_run(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        knobs.runtime.jit_cache_hook(**_compile_kwargs(None))
+        if kwargs.get("fail"):
+            raise RuntimeError("PTXASError: too many resources")
+        knobs.runtime.jit_post_compile_hook(**_compile_kwargs(None))
+        return "launched"
+
+    monkeypatch.setattr(jit.JITFunction, "run", fake_run)
+    monkeypatch.setattr(interp.InterpretedFunction, "run", interp.InterpretedFunction.run)
+    counter = worker._LaunchCounter()
+    counter.install()
+    monkeypatch.setattr(jit.JITFunction, "run", counter.installed["triton.JITFunction.run"][1])
+    assert worker._install_compile_notices()
+
+    @jit.jit
+    def k(x):  # noqa: ANN001, ANN202
+        pass
+
+    assert k.run(1, grid=(1,), warmup=False) == "launched"
+    with pytest.raises(RuntimeError, match="PTXAS"):
+        k.run(1, grid=(1,), warmup=False, fail=True)  # a second config, compiled in a later run
+    assert not hooks.host_work_on, "the stretch stayed on after the compile raised"
+    assert [m["on"] for m in hooks.sent] == [True, False, True, False]
+
+
+def test_a_kernel_whose_module_failed_to_load_loads_again_at_its_launch(hooks: _FakeJob) -> None:
+    """Triton sets the kernel's launcher before it loads the module: a load that failed (out of device memory)
+    inside the hook must not leave a launcher beside no function, or the launch would not raise the real error."""
+    import functools
+
+    class Half(_Kernel):
+        module = None
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._run = None
+
+        def _init_handles(self) -> None:
+            self._run = object()  # the launcher, made first
+            raise RuntimeError("Triton Error [CUDA]: out of memory")
+
+    class Limited(Half):
+        def _init_handles(self) -> None:
+            self._run = functools.partial(print, "kept for the launch")  # Triton's own error, raised there
+            raise RuntimeError("out of resources: shared memory")
+
+    assert worker._install_compile_notices()
+    half, limited = Half(), Limited()
+    for kern in (half, limited):
+        kw = _compile_kwargs(kern)
+        knobs.runtime.jit_cache_hook(**kw)
+        knobs.runtime.jit_post_compile_hook(**kw)
+    assert half._run is None, "the launch would use a launcher with no function"
+    assert isinstance(limited._run, functools.partial)
+    assert [m["on"] for m in hooks.sent] == [True, False, True, False]

@@ -153,6 +153,46 @@ def test_the_candidate_process_is_stopped_while_it_gives_way(tmp_path: Path) -> 
         a.close()
 
 
+def test_a_process_that_answered_just_before_its_mid_step_stop_is_let_go_on_without_giving_way(tmp_path: Path) -> None:
+    """Mid-step (a build, or a compile the process announced), the step can end between the trusted side's last
+    look and the stop: after its "off" notice the process launches the freshly compiled kernel at once. With its
+    answer already waiting on the channel, the slot keeps the lock (the window waits for the next yield point)
+    and the process goes on; with nothing waiting, the same call gives way."""
+    key = _key()
+    a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=False)
+    a.host_lock_key = key
+    window = HostDeviceLock(key)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    pending = [True]
+    h = SimpleNamespace(pid=proc.pid, chan=SimpleNamespace(pending=lambda: pending[0]))
+    got: list[float] = []
+
+    def other_slot() -> None:
+        got.append(window.acquire(timeout_s=10.0))
+        time.sleep(0.1)
+        window.release()
+
+    try:
+        with a._gpu_work():
+            t = threading.Thread(target=other_slot)
+            t.start()
+            assert _wait_until(a._gpu_share.contended)
+            phase: dict[str, float] = {}
+            assert a._gpu_yield(h, phase, time.monotonic() + 5, midstep=True) == 0.0
+            time.sleep(0.1)
+            assert phase == {} and not got, "the window got the device from a process that had answered"
+            assert Path(f"/proc/{proc.pid}/stat").read_text().rsplit(") ", 1)[1][0] != "T"
+            pending[0] = False
+            waited = a._gpu_yield(h, phase, time.monotonic() + 5, midstep=True)
+            t.join(5)
+            assert got and phase.get("midstep_yields") == 1.0 and waited >= 0.1, phase
+    finally:
+        proc.kill()
+        proc.wait()
+        window.release()
+        a.close()
+
+
 def test_without_a_queued_window_nothing_gives_way(tmp_path: Path) -> None:
     a = DeviceEvaluator("cpu", scratch_dir=tmp_path / "a", sandbox=False)
     a.host_lock_key = _key()
@@ -749,8 +789,9 @@ class ModelNew(_Base):
             assert res.phase_s["host_work_notices"] == 1.0 and res.phase_s.get("midstep_yields", 0) >= 1, res.phase_s
             # the call's own time apart from the time it was stopped for the window
             assert res.phase_s["trial_call_first_stopped"] >= 0.09, res.phase_s
-            # (a sleep runs on while the process is stopped: its 1.5 s less the time stopped)
-            assert 1.2 <= res.phase_s["jit_compile"] < 2.5 and res.phase_s["jit_compiles"] == 1.0, res.phase_s
+            # a sleep runs on while the process is stopped: the compile's own time and its time stopped add up to it
+            compiled = res.phase_s["jit_compile"] + res.phase_s["jit_compile_stopped"]
+            assert 1.45 <= compiled < 2.5 and res.phase_s["jit_compiles"] == 1.0, res.phase_s
         else:
             assert seen["wait"] >= 1.0, f"a window got the device during the call: {seen}"
             assert "host_work_notices" not in res.phase_s and "jit_compile" not in res.phase_s, res.phase_s
