@@ -2061,6 +2061,10 @@ class DeviceEvaluator:
     #: looks this often (s) for a timing window queued by another slot, and lets it in mid-step
     #: (:meth:`_gpu_yield` with ``midstep``)
     MIDSTEP_POLL_S = 0.05
+    #: the ``phase_s`` keys the candidate's process measures and sends with "done" (:mod:`.worker`); any other
+    #: key it sends is dropped
+    CHILD_PHASES = frozenset({"construct", "trial_load", "trial_call", "trial_call_first", "trial_checks", "time",
+                              "jit_compile", "jit_compiles"})
     #: a candidate's process stopped mid-step may have device work in flight that its import or constructor
     #: started (a tensor made on the device, a copy of its weights): the lock is given up this long (s) after
     #: the stop, when an honest candidate's has finished. It checks nothing: a kernel launched to run for
@@ -2840,7 +2844,9 @@ class DeviceEvaluator:
             mark("finish")
             build_info = done.get("build") or build_info
             for k, v in (done.get("phase_s") or {}).items():
-                if isinstance(v, (int, float)):
+                # the process's own steps only (CHILD_PHASES): the trusted side's figures (yield_wait, reference,
+                # slot_*...) are not the candidate's to send, and build came netted with "built"
+                if k in self.CHILD_PHASES and isinstance(v, (int, float)) and not isinstance(v, bool):
                     child_phase(k, float(v))
             res = self._verdict(job, ctx, compared, ok, findings, stats, tinfo, launches, profile, build_info)
             extra = dict(res.extra)

@@ -828,3 +828,36 @@ class ModelNew(_Base):
         assert res.phase_s["jit_compiles"] > honoured + 5, res.phase_s
     finally:
         ev.close()
+
+
+def test_the_candidate_cannot_overwrite_the_trusted_sides_step_times(tmp_path: Path) -> None:
+    """The process's ``phase_s`` (sent with "done") carries its own steps; a candidate that writes into it cannot
+    replace the trusted side's figures (the sweep's analyses read ``yield_wait``, ``reference``, ``slot_*``)."""
+    from execution.test_reference_budget import CORRECT
+
+    source = CORRECT + '''
+
+import sys as _sys
+_Base = ModelNew
+
+
+class ModelNew(_Base):
+    def forward(self, *args):
+        f = _sys._getframe(1)
+        while f is not None:
+            job = f.f_locals.get("self")
+            if isinstance(getattr(job, "phase_s", None), dict):
+                job.phase_s.update({"yield_wait": 999.0, "reference": 999.0, "slot_start": 999.0, "build": 999.0})
+                break
+            f = f.f_back
+        return super().forward(*args)
+'''
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "ev", sandbox=False)
+    try:
+        res = evaluate(ev, source, AFFINE)
+        assert res.outcome is Outcome.CHEAT, describe(res)  # its frame walk is found too; the run goes on
+        assert all(res.phase_s.get(k, 0.0) < 999.0 for k in ("yield_wait", "reference", "slot_start", "build")), \
+            res.phase_s
+        assert res.phase_s["trial_call"] > 0.0  # the process's own steps still arrive
+    finally:
+        ev.close()
