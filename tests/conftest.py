@@ -21,14 +21,31 @@ os.environ.setdefault("KBENCH_PCH", "0")
 
 
 def pytest_collection_finish(session) -> None:
-    """Start the background set-ups (tests/early.py) of the fixtures the collected tests use."""
+    """Queue the background set-ups (tests/early.py) of the fixtures the collected tests use, in the order
+    of the first test that uses each: they run one at a time beside the tests."""
     if session.config.option.collectonly:
         return
+    from early import freeze_environment
+
+    freeze_environment()  # before any test changes os.environ for itself
     for item in session.items:
         jobs = getattr(getattr(item, "module", None), "EARLY", None) or {}
-        for name, job in jobs.items():
-            if name in getattr(item, "fixturenames", ()):
-                job.start()
+        wanted = [job for name, job in jobs.items() if name in getattr(item, "fixturenames", ())]
+        if wanted and not _skipped(item):
+            for job in wanted:
+                job.enqueue()
+
+
+def _skipped(item) -> bool:
+    """Whether a skip or skipif mark skips ``item`` (then the work its fixtures need is not queued)."""
+    try:
+        from _pytest.skipping import evaluate_skip_marks
+    except ImportError:  # another pytest: queue it anyway
+        return False
+    try:
+        return evaluate_skip_marks(item) is not None
+    except Exception:  # a mark pytest will report on when the test runs
+        return False
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

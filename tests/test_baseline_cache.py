@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from early import Early, in_child
 
 from kernelbench_harness.adapters.scripted import ScriptedAdapter
 from kernelbench_harness.core import Problem, TimingStats
@@ -153,17 +154,36 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_a_second_run_on_the_same_problems_measures_no_baseline(tmp_path: Path) -> None:
+def _two_runs(tmp_path: Path) -> tuple[str, dict[str, int]]:
+    """Both runs of the test below, into one store (in a child interpreter, beside the tests before it:
+    tests/early.py); returns the store's URL and how many candidates each run evaluated."""
     db = f"sqlite:///{tmp_path / 'kb.db'}"
     ps = ProblemSet(problems=(PROBLEM,), issues=(), source="tests")
     # short timing: the cache, not the times, is under test
     fast = {"warmup": 1, "trials": 3, "max_trials": 3, "adaptive": False, "correct_trials": 2}
-    runs = {}
+    evaluated = {}
     for name in ("first", "second"):
         cfg = RunConfig(model="scripted", run_name=name, db=db, gpus="cpu", protocol_overrides=fast, seed=5,
                         build_cache=str(tmp_path / "cache"), timeout_s=120)
         summary = asyncio.run(execute_run(cfg, problem_set=ps, adapter=ScriptedAdapter([_CANDIDATE])))
-        assert summary.evaluated == 1
+        evaluated[name] = summary.evaluated
+    return db, evaluated
+
+
+# queued when the session is collected (tests/early.py)
+EARLY = {"two_runs": Early(in_child(_two_runs))}
+
+
+@pytest.fixture
+def two_runs() -> tuple[str, dict[str, int]]:
+    return EARLY["two_runs"].result()
+
+
+def test_a_second_run_on_the_same_problems_measures_no_baseline(two_runs: tuple[str, dict[str, int]]) -> None:
+    db, evaluated = two_runs
+    runs = {}
+    for name in ("first", "second"):
+        assert evaluated[name] == 1
         with Store(db) as s:
             runs[name] = s.attempts(name)[0].result
     first, second = runs["first"], runs["second"]

@@ -3,8 +3,8 @@ problem and variant (and nothing for other problems), and every Triton and C++ s
 reference on the CPU (Triton under its interpreter, the C++ one built through ``load_inline``).
 
 The numerical checks run ``scripts/check_bundled.py`` in child processes, so that ``TRITON_INTERPRET=1``
-is set before triton is imported there and never leaks into this test process; the Triton and C++
-checks run side by side (the C++ build takes most of the time).
+is set before triton is imported there and never leaks into this test process; the C++ and then the Triton
+check run beside the tests before these (tests/early.py; the C++ build takes most of the time).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import torch
+import early
 from early import Early
 
 from kernelbench_harness.adapters.base import GenerationRequest, SampleSpec
@@ -238,29 +239,33 @@ def _end(proc: subprocess.Popen[str]) -> None:
 
 
 def _start_checks(tmp: Path, stoppers: list[Any]) -> Any:
-    """Starts check_bundled.py for the Triton (interpreter) and C++ variants concurrently, in ``tmp``;
-    returns the wait for their parsed JSON by variant."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
+    """Starts check_bundled.py for the C++ and Triton (interpreter) variants, one after the other, in ``tmp``;
+    returns the wait for their parsed JSON by variant. One at a time: they run beside the tests (tests/early.py),
+    and two at once beside them slow the tests that compute with torch's threads several times over."""
+    env = {k: v for k, v in early.environ().items() if not k.startswith("TRITON_")}  # not a test's own changes
     env.update(TRITON_INTERPRET="1", TORCH_EXTENSIONS_DIR=str(tmp / "torch_extensions"),
                PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    procs = {}
     wanted = []
     if shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++"):
         wanted.append("cpp")  # first: the slow C++ build
     if importlib.util.find_spec("triton") is not None:
         wanted.append("triton")
-    for variant in wanted:
+
+    def launch(variant: str) -> tuple[subprocess.Popen[str], Path]:
         out = tmp / f"{variant}.json"
         cmd = [sys.executable, str(CHECK_SCRIPT), "--device", "cpu", "--variant", variant, "--trials", "3",
                "--rtol", str(RTOL), "--json", str(out)]
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         stoppers.append(lambda proc=proc: _end(proc))
-        procs[variant] = (proc, out)
+        return proc, out
+
+    first = launch(wanted[0]) if wanted else None
 
     def wait() -> dict[str, dict[str, Any]]:
         results = {}
-        for variant, (proc, out) in procs.items():
+        for variant in wanted:
+            proc, out = first if variant == wanted[0] else launch(variant)
             log, _ = proc.communicate(timeout=300)
             assert out.exists(), f"check_bundled.py --variant {variant} wrote nothing:\n{log}"
             results[variant] = json.loads(out.read_text())
@@ -270,7 +275,7 @@ def _start_checks(tmp: Path, stoppers: list[Any]) -> Any:
     return wait
 
 
-# started when the session is collected (tests/early.py): the C++ build runs beside the tests before these
+# queued when the session is collected (tests/early.py): the C++ build runs beside the tests before these
 EARLY = {"checks": Early(_start_checks)}
 
 

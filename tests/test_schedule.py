@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from early import Early, in_child
 
 from kernelbench_harness.schedule import LARGE_PROBLEM_BYTES, interleave_large, problem_nbytes, problem_sizes
 
@@ -95,7 +96,9 @@ def test_a_runs_samples_of_one_problem_stay_together():
     assert abs(firsts.index(1) - firsts.index(2)) >= 3  # the two 12 GiB problems apart
 
 
-def test_problems_are_sized_in_a_child_process_that_nothing_escapes():
+def _sized(_folder: Path) -> dict:
+    """The sizings of the test below (in a child interpreter that drives them, beside the tests before it:
+    tests/early.py); returns what the test checks."""
     import torch
 
     big = ELEMENTWISE.replace("N", "393216")
@@ -107,9 +110,7 @@ def test_problems_are_sized_in_a_child_process_that_nothing_escapes():
     }
     dtype = torch.get_default_dtype()
     sizes = problem_sizes(codes)
-    assert torch.get_default_dtype() == dtype  # the driver's torch untouched
-    assert sizes["exits"] == -1 and sizes["big"] == 12 * GIB and sizes["gpu"] == -1
-    assert sizes["float64"] == 4096 * 8 * 8 * 2  # its own tensors in float64, in and out
+    seen: dict = {"dtype_before": dtype, "dtype_after": torch.get_default_dtype(), "sizes": sizes}
     # a forward that runs long on meta tensors (recurrent layers' Python decompositions): its inputs alone,
     # and the problems after it are still sized
     slow = ELEMENTWISE.replace("return x * 2", "while True:\n            pass").replace("N", "8")
@@ -117,11 +118,30 @@ def test_problems_are_sized_in_a_child_process_that_nothing_escapes():
     swallows = ELEMENTWISE.replace("return x * 2", "while True:\n            try:\n                pass\n"
                                    "            except Exception:\n                pass").replace("N", "8")
     t0 = time.perf_counter()
-    assert problem_sizes({"slow": slow, "swallows": swallows, "big": big}) \
-        == {"slow": 4096 * 8 * 4, "swallows": 4096 * 8 * 4, "big": 12 * GIB}
-    assert time.perf_counter() - t0 < 60
+    seen["slow_sizes"] = problem_sizes({"slow": slow, "swallows": swallows, "big": big})
+    seen["slow_s"] = time.perf_counter() - t0
     # a problem that hangs: past the limit, no sizes at all (the run keeps its problem order)
-    assert problem_sizes({"hangs": "while True:\n    pass\n", "big": big}, timeout_s=5.0) == {}
+    seen["hang_sizes"] = problem_sizes({"hangs": "while True:\n    pass\n", "big": big}, timeout_s=5.0)
+    return seen
+
+
+# queued when the session is collected (tests/early.py)
+EARLY = {"sized": Early(in_child(_sized))}
+
+
+@pytest.fixture
+def sized() -> dict:
+    return EARLY["sized"].result()
+
+
+def test_problems_are_sized_in_a_child_process_that_nothing_escapes(sized: dict):
+    sizes = sized["sizes"]
+    assert sized["dtype_after"] == sized["dtype_before"]  # the driver's torch untouched
+    assert sizes["exits"] == -1 and sizes["big"] == 12 * GIB and sizes["gpu"] == -1
+    assert sizes["float64"] == 4096 * 8 * 8 * 2  # its own tensors in float64, in and out
+    assert sized["slow_sizes"] == {"slow": 4096 * 8 * 4, "swallows": 4096 * 8 * 4, "big": 12 * GIB}
+    assert sized["slow_s"] < 60
+    assert sized["hang_sizes"] == {}
 
 
 def test_only_slots_sharing_a_gpu_reorder_a_run():

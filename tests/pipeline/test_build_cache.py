@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from pathlib import Path
 
 import pytest
+from early import Early, in_child
 
 from kernelbench_harness.core import Outcome
 from kernelbench_harness.runner import RunConfig, execute_run
@@ -26,8 +28,24 @@ def _run(tmp_path, name: str):
     return asyncio.run(execute_run(cfg))
 
 
-def test_extension_built_once_by_the_pool_and_loaded_from_the_cache(tmp_path):
-    first = _run(tmp_path, "first")
+def _first_and_second(tmp_path: Path):
+    """Both runs of the test below, into one store and one cache (in a child interpreter, beside the tests
+    before it: tests/early.py)."""
+    return _run(tmp_path, "first"), _run(tmp_path, "second")
+
+
+# queued when the session is collected (tests/early.py): the C++ build runs beside the tests before this one
+EARLY = {"first_and_second": Early(in_child(_first_and_second))}
+
+
+@pytest.fixture
+def first_and_second():
+    return EARLY["first_and_second"].result()
+
+
+def test_extension_built_once_by_the_pool_and_loaded_from_the_cache(first_and_second):
+    first, second = first_and_second
+    tmp_path = EARLY["first_and_second"].folder
     assert first.outcomes == {"correct": 1}
     assert first.build_stats["built"] == 1
     st = Store(f"sqlite:///{tmp_path / 'kb.db'}")
@@ -42,7 +60,6 @@ def test_extension_built_once_by_the_pool_and_loaded_from_the_cache(tmp_path):
             <= set(att.result.phase_s)
     finally:
         st.close()
-    second = _run(tmp_path, "second")
     assert second.outcomes == {"correct": 1}
     assert second.build_stats["built"] == 0 and second.build_stats["cached"] == 1
 

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from early import Early
+from early import Early, in_child
 
 from kernelbench_harness.core import Backend, Candidate
 from kernelbench_harness.execution import build as build_mod
@@ -189,22 +189,18 @@ def _start_header(folder: Path, stoppers: list) -> object:
     return wait
 
 
-# started when the session is collected (tests/early.py): the header's ~45 s of one core pass beside
-# the tests before this one
-EARLY = {"early_header": Early(_start_header)}
-
-
-@pytest.fixture
-def early_header() -> Early:
-    return EARLY["early_header"]
-
-
-def test_header_built_once_then_used_and_the_binary_is_unchanged(tmp_path: Path, monkeypatch, early_header) -> None:
+def _builds_beside_the_header(tmp_path: Path) -> dict:
+    """The pool's two builds of the test below, with the header built beside the first (in a child
+    interpreter, beside the tests before it: tests/early.py); returns what the test checks, in its order,
+    up to the first step that went wrong."""
+    os.environ["KBENCH_PCH"] = "1"  # as _pch_on does for the tests in this process
     cache = tmp_path / "c"
     source = _EXT.format(k=2)
     # The header for these flags is built beside the first build, outside its cache (as the pool would
-    # after it; started early, when the session began, to save the test a minute). The pool's own job
-    # waits for it, moves it into the cache as build_pch moves its own, and then finds it done.
+    # after it; started with the first build, to save the test a minute). The pool's own job waits for
+    # it, moves it into the cache as build_pch moves its own, and then finds it done.
+    early_header = Early(_start_header)
+    early_header.start()
     request = _request([])
     real = builder_mod.build_pch
     early: dict = {}
@@ -216,27 +212,60 @@ def test_header_built_once_then_used_and_the_binary_is_unchanged(tmp_path: Path,
             os.replace(early["path"], cache / "pch" / early["request"]["key"])
         return real(*a, **k)
 
-    monkeypatch.setattr(builder_mod, "build_pch", pool_build_pch)
+    seen: dict = {"cache": cache, "request": request}
+    builder_mod.build_pch = pool_build_pch  # this interpreter's own: it ends with the job
     pool = BuildPool(cache, workers=1, timeout_s=600, scratch_dir=tmp_path / "s")
     try:
         out = asyncio.run(pool.build(Candidate(1, 1, source, Backend.CUDA)))
-        assert out.status == "built", out.error
-        assert pool.stats["pch_used"] == 0
+        seen.update(first=(out.status, out.error), pch_used_first=pool.stats["pch_used"])
+        if out.status != "built":
+            return seen
         pool.wait_pch(600)
-        # the sandboxed build asked for exactly the header the trusted side computed
-        assert pool._pch_keys == {request["key"]} == {early["request"]["key"]} and early["path"] is not None
-        assert pool.stats["pch_built"] == 1 and [p.name for p in (cache / "pch").iterdir()] == [request["key"]]
-        [ext_dir] = list(cache.glob("kb_*"))
-        [so] = list(ext_dir.glob("*.so"))
-        without = so.read_bytes()
+        seen.update(pch_keys=set(pool._pch_keys), early_key=early["request"]["key"], early_path=early["path"],
+                    pch_built=pool.stats["pch_built"], pch_names=[p.name for p in (cache / "pch").iterdir()],
+                    ext_dirs=list(cache.glob("kb_*")))
+        if len(seen["ext_dirs"]) != 1:
+            return seen
+        [ext_dir] = seen["ext_dirs"]
+        seen["sos"] = [so.read_bytes() for so in ext_dir.glob("*.so")]
+        if len(seen["sos"]) != 1:
+            return seen
         shutil.rmtree(ext_dir)  # so the same candidate compiles again, now with the header
         again = asyncio.run(pool.build(Candidate(1, 1, source, Backend.CUDA)))
-        assert again.status == "built", again.error
-        assert pool.stats["pch_used"] == 1 and pool.stats["slim"] == 2
-        [so2] = list(ext_dir.glob("*.so"))
-        assert so2.read_bytes() == without  # byte for byte: the parse was skipped, nothing else changed
+        seen.update(again=(again.status, again.error), pch_used_again=pool.stats["pch_used"],
+                    slim=pool.stats["slim"], sos_again=[so.read_bytes() for so in ext_dir.glob("*.so")])
+        return seen
     finally:
         pool.close()
+        early_header.stop()
+
+
+# queued when the session is collected (tests/early.py): the header's ~45 s of one core and the builds pass
+# beside the tests before this one
+EARLY = {"builds_beside_the_header": Early(in_child(_builds_beside_the_header))}
+
+
+@pytest.fixture
+def builds_beside_the_header() -> dict:
+    return EARLY["builds_beside_the_header"].result()
+
+
+def test_header_built_once_then_used_and_the_binary_is_unchanged(builds_beside_the_header) -> None:
+    seen = builds_beside_the_header
+    cache, request, tmp_path = seen["cache"], seen["request"], EARLY["builds_beside_the_header"].folder
+    status, error = seen["first"]
+    assert status == "built", error
+    assert seen["pch_used_first"] == 0
+    # the sandboxed build asked for exactly the header the trusted side computed
+    assert seen["pch_keys"] == {request["key"]} == {seen["early_key"]} and seen["early_path"] is not None
+    assert seen["pch_built"] == 1 and seen["pch_names"] == [request["key"]]
+    [_ext_dir] = seen["ext_dirs"]
+    [without] = seen["sos"]
+    status, error = seen["again"]
+    assert status == "built", error
+    assert seen["pch_used_again"] == 1 and seen["slim"] == 2
+    [so2] = seen["sos_again"]
+    assert so2 == without  # byte for byte: the parse was skipped, nothing else changed
     # and GCC does take it under the binding file's own flags: -H marks a valid precompiled header "!"
     compiler, flags = binding_command({"cpp_sources": ["//"], "extra_cflags": [SLIM_MACRO]})
     main = tmp_path / "main.cpp"

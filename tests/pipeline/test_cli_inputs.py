@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from early import Early, in_child
 
 from kernelbench_harness.cli import cli
 from kernelbench_harness.cli.common import parse_levels
@@ -172,13 +174,54 @@ def test_protocol_options_are_checked_before_anything_is_stored(tmp_path):
     assert not (tmp_path / "k.db").exists()
 
 
-def test_a_protocol_option_is_stored_with_the_run_under_its_own_fingerprint(tmp_path):
+def _ran(res) -> tuple[int, str]:
+    """What the tests below read of a finished ``CliRunner`` result (a result does not pickle)."""
+    return res.exit_code, res.output
+
+
+def _placements_run(tmp_path: Path) -> tuple[int, str]:
+    """The run of the test below (in a child interpreter, beside the tests before it: tests/early.py)."""
+    return _ran(_run(tmp_path, "--level", "1", "--ids", "1", "--run-name", "p4", "-P", "placements=2")[0])
+
+
+def _replay_without_a_sample(tmp_path: Path) -> tuple[int, str]:
+    """The run of test_problems_without_a_sample_are_named_in_the_summary (in a child interpreter, beside the
+    tests before it: tests/early.py)."""
+    from .conftest import SHORT_TIMING_ARGS
+
+    root = Path(__file__).resolve().parents[2]
+    code = (root / "problems" / "solutions" / "level1" / "1_Scaled_Swish.triton.py").read_text()
+    gens = tmp_path / "g.jsonl"
+    gens.write_text(json.dumps({"level": 1, "problem_id": 1, "model": "m", "code": code}) + "\n"
+                    + '{"level": 1, "problem_id": 2, "code": "broken\n')
+    return _ran(_run(tmp_path, "--model", f"replay:{gens}", "--level", "1", "--ids", "1-2", "--gpus", "cpu",
+                     "--run-name", "r", *SHORT_TIMING_ARGS)[0])
+
+
+# queued when the session is collected (tests/early.py)
+EARLY = {"placements_run": Early(in_child(_placements_run)),
+         "replay_without_a_sample": Early(in_child(_replay_without_a_sample))}
+
+
+@pytest.fixture
+def placements_run() -> tuple[int, str]:
+    return EARLY["placements_run"].result()
+
+
+@pytest.fixture
+def replay_without_a_sample() -> tuple[int, str]:
+    return EARLY["replay_without_a_sample"].result()
+
+
+def test_a_protocol_option_is_stored_with_the_run_under_its_own_fingerprint(placements_run):
     import json
     import sqlite3
+    from types import SimpleNamespace
 
     from kernelbench_harness.protocols import get_protocol
 
-    res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "--run-name", "p4", "-P", "placements=2")
+    tmp_path = EARLY["placements_run"].folder
+    res = SimpleNamespace(exit_code=placements_run[0], output=placements_run[1])
     assert res.exit_code == 0, res.output
     assert "run p4 (kbench (placements=2), fp32)" in res.output  # the end-of-run table names the change
     assert "only the GPU timer" in " ".join(res.output.split())  # and a CPU run says it changes nothing here
@@ -283,20 +326,13 @@ def test_an_unusable_build_cache_folder_is_a_clear_error(tmp_path, monkeypatch):
     assert not (tmp_path / "k.db").exists()  # refused before the store is made
 
 
-def test_problems_without_a_sample_are_named_in_the_summary(tmp_path):
+def test_problems_without_a_sample_are_named_in_the_summary(replay_without_a_sample):
     """A replay line that is skipped (bad JSON) leaves its problem without a sample: it counts as not solved,
     and the run says so instead of only lowering the score."""
-    from pathlib import Path
+    from types import SimpleNamespace
 
-    from .conftest import SHORT_TIMING_ARGS
-
-    root = Path(__file__).resolve().parents[2]
-    code = (root / "problems" / "solutions" / "level1" / "1_Scaled_Swish.triton.py").read_text()
-    gens = tmp_path / "g.jsonl"
-    gens.write_text(json.dumps({"level": 1, "problem_id": 1, "model": "m", "code": code}) + "\n"
-                    + '{"level": 1, "problem_id": 2, "code": "broken\n')
-    res, db = _run(tmp_path, "--model", f"replay:{gens}", "--level", "1", "--ids", "1-2", "--gpus", "cpu",
-                   "--run-name", "r", *SHORT_TIMING_ARGS)
+    res = SimpleNamespace(exit_code=replay_without_a_sample[0], output=replay_without_a_sample[1])
+    db = f"sqlite:///{EARLY['replay_without_a_sample'].folder / 'k.db'}"  # where _run put the store
     assert res.exit_code == 0, res.output
     assert "1 problem(s) have no sample from the model and count as not solved: L1/2" in res.output
     # `kbench show` of the problem without a sample names the ones that have samples

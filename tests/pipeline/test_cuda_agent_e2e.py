@@ -5,7 +5,10 @@ sample scores the third."""
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
+import pytest
+from early import Early, in_child
 from fakes import FakeOpenAIServer
 
 from .conftest import kbench
@@ -42,20 +45,39 @@ def _reply(code: str) -> str:
     return f"Here is the kernel.\n\n```python\n{code}\n```\n"
 
 
-def test_three_turns_compile_error_wrong_correct(workdir):
+SECRET = "sk-test-should-never-leak-0123456789"
+
+
+def _three_turns(workdir: Path) -> dict:
+    """The run of the test below against its scripted server (in a child interpreter, beside the tests before
+    it: tests/early.py)."""
+    (workdir / "results").mkdir()
     broken = GOOD.replace("SCALE_EXPR", "scale").replace("def forward(self, x):", "def forward(self, x)")
     wrong = GOOD.replace("SCALE_EXPR", "(scale + 1.0)")
     right = GOOD.replace("SCALE_EXPR", "scale")
     db = workdir / "results" / "kb.db"
-    secret = "sk-test-should-never-leak-0123456789"
     with FakeOpenAIServer([_reply(broken), _reply(wrong), _reply(right)], model="my-policy") as srv:
         p = kbench("-v", "run", "--model", "cuda-agent", "--turns", "3", "--level", "1", "--ids", "1", "--gpus", "cpu",
                    "--backend", "triton", "--run-name", "agent", "--db", str(db), "--display", "plain",
                    "--no-report", cwd=workdir,
-                   env={"KBENCH_CUDA_AGENT_BASE_URL": srv.base_url, "OPENAI_API_KEY": secret})
+                   env={"KBENCH_CUDA_AGENT_BASE_URL": srv.base_url, "OPENAI_API_KEY": SECRET})
         reqs = srv.generation_requests()
+    return {"db": db, "stdout": p.stdout, "stderr": p.stderr, "reqs": reqs}
+
+
+# queued when the session is collected (tests/early.py)
+EARLY = {"three_turns": Early(in_child(_three_turns))}
+
+
+@pytest.fixture
+def three_turns() -> dict:
+    return EARLY["three_turns"].result()
+
+
+def test_three_turns_compile_error_wrong_correct(three_turns):
+    db, reqs = three_turns["db"], three_turns["reqs"]
     assert len(reqs) == 3
-    assert secret not in p.stdout + p.stderr  # INFO logs never show a key
+    assert SECRET not in three_turns["stdout"] + three_turns["stderr"]  # INFO logs never show a key
     with sqlite3.connect(db) as c:
         rows = c.execute("select a.turn, r.outcome, a.code is not null from attempts a "
                          "join results r on r.attempt_pk = a.id order by a.turn").fetchall()

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+from pathlib import Path
 
 import pytest
+from early import Early, in_child
 
 from kernelbench_harness.runner import RunConfig, execute_run
 from kernelbench_harness.store import Store
@@ -31,9 +33,58 @@ def _run(tmp_path, name: str, **kw):
     return db, s
 
 
-def test_two_slots_on_one_device_match_one_slot_and_take_turns_to_time(tmp_path):
+# The runs of the tests below are made in child interpreters, beside the tests before them (tests/early.py);
+# the tests read what they returned and stored.
+
+
+def _one_and_two_slots(tmp_path: Path):
     db, one = _run(tmp_path, "one", gpus="cpu")
     _, two = _run(tmp_path, "two", gpus="cpu", slots_per_gpu=2, quiet_host=True)  # as --gpus cpu,cpu
+    return db, one, two
+
+
+def _via_ray(tmp_path: Path):
+    return _run(tmp_path, "ray", executor="ray")
+
+
+def _replayed_pair(tmp_path: Path) -> str:
+    import json
+
+    import kernelbench_harness
+
+    root = Path(kernelbench_harness.__file__).resolve().parents[1]
+    code = (root / "problems" / "solutions" / "level1" / "2_Row_Softmax.triton.py").read_text()
+    gens = tmp_path / "gens.jsonl"
+    gens.write_text("".join(json.dumps({"level": 1, "problem_id": 2, "model": "m", "sample_id": i, "code": code})
+                            + "\n" for i in range(2)))
+    db = f"sqlite:///{tmp_path / 'kb.db'}"
+    cfg = RunConfig(model=f"replay:{gens}", levels=(1,), ids="2", run_name="pair", db=db, timeout_s=120,
+                    build_cache=str(tmp_path / "cache"), gpus="cpu,cpu", protocol_overrides=SHORT_TIMING)
+    asyncio.run(execute_run(cfg))
+    return db
+
+
+EARLY = {"one_and_two_slots": Early(in_child(_one_and_two_slots)), "via_ray": Early(in_child(_via_ray)),
+         "replayed_pair": Early(in_child(_replayed_pair))}
+
+
+@pytest.fixture
+def one_and_two_slots():
+    return EARLY["one_and_two_slots"].result()
+
+
+@pytest.fixture
+def via_ray():
+    return EARLY["via_ray"].result()
+
+
+@pytest.fixture
+def replayed_pair() -> str:
+    return EARLY["replayed_pair"].result()
+
+
+def test_two_slots_on_one_device_match_one_slot_and_take_turns_to_time(one_and_two_slots):
+    db, one, two = one_and_two_slots
     assert one.outcomes == two.outcomes == {"correct": 2}
     assert _outcomes(db, "one") == _outcomes(db, "two")
     st = Store(db)
@@ -55,8 +106,8 @@ def test_two_slots_on_one_device_match_one_slot_and_take_turns_to_time(tmp_path)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed")
-def test_ray_executor_on_a_local_cpu_instance(tmp_path):
-    db, viaray = _run(tmp_path, "ray", executor="ray")
+def test_ray_executor_on_a_local_cpu_instance(via_ray):
+    db, viaray = via_ray
     # the bundled solutions are correct: the same verdicts the local executor gives (test above)
     assert viaray.outcomes == {"correct": 2}
     assert set(_outcomes(db, "ray").values()) == {"correct"}
@@ -67,24 +118,11 @@ def test_ray_executor_on_a_local_cpu_instance(tmp_path):
         st.close()
 
 
-def test_candidates_of_one_problem_on_two_slots_share_one_baseline_measurement(tmp_path):
+def test_candidates_of_one_problem_on_two_slots_share_one_baseline_measurement(replayed_pair):
     # two samples of L1/2 (no build step) start together on two slots; one of them measures the
     # baselines, the other waits and reuses them (the H200 replay measured L1/6's eager time twice,
     # 3.7% apart, when two of its candidates ran at once)
-    import json
-    from pathlib import Path
-
-    import kernelbench_harness
-
-    root = Path(kernelbench_harness.__file__).resolve().parents[1]
-    code = (root / "problems" / "solutions" / "level1" / "2_Row_Softmax.triton.py").read_text()
-    gens = tmp_path / "gens.jsonl"
-    gens.write_text("".join(json.dumps({"level": 1, "problem_id": 2, "model": "m", "sample_id": i, "code": code})
-                            + "\n" for i in range(2)))
-    db = f"sqlite:///{tmp_path / 'kb.db'}"
-    cfg = RunConfig(model=f"replay:{gens}", levels=(1,), ids="2", run_name="pair", db=db, timeout_s=120,
-                    build_cache=str(tmp_path / "cache"), gpus="cpu,cpu", protocol_overrides=SHORT_TIMING)
-    asyncio.run(execute_run(cfg))
+    db = replayed_pair
     st = Store(db)
     try:
         atts = st.attempts("pair")

@@ -4,6 +4,10 @@ timing can start while other references still compile; a failing reference is re
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+
+import pytest
+from early import Early, in_child
 
 from kernelbench_harness.core import Problem
 from kernelbench_harness.execution.warm import warm_compile
@@ -48,14 +52,20 @@ def test_a_failing_callback_does_not_stop_the_warm_up():
     assert problems[0].key in res
 
 
-def test_a_run_with_warm_up_workers_evaluates_after_each_problems_own_compile(tmp_path):
+def _run_with_warm_up_workers(tmp_path: Path):
+    """The run of the test below (in a child interpreter, beside the tests before it: tests/early.py)."""
     import asyncio
 
     from kernelbench_harness.runner import RunConfig, execute_run
 
     cfg = RunConfig(model="bundled", levels=(1,), ids="1", run_name="warm", db=f"sqlite:///{tmp_path / 'kb.db'}",
                     gpus="cpu", build_cache=str(tmp_path / "cache"), warm_workers=1, timeout_s=120)
-    s = asyncio.run(execute_run(cfg))
+    return asyncio.run(execute_run(cfg))
+
+
+def test_a_run_with_warm_up_workers_evaluates_after_each_problems_own_compile(warm_run):
+    s = warm_run
+    tmp_path = EARLY["warm_run"].folder
     assert s.outcomes == {"correct": 1}
     assert s.warm and all(k.startswith("_") or isinstance(v, dict) for k, v in s.warm.items())
     assert len([k for k in s.warm if not k.startswith("_")]) == 1  # the reference was warmed
@@ -114,10 +124,9 @@ print(json.dumps({"gate": len(entered), "ok": ok, **dict(counters["inductor"])})
 '''
 
 
-def test_gated_warm_up_fills_the_cache_the_plain_compile_reads(tmp_path):
-    # the warm-up compiles outside the device's lock and runs each compiled graph inside it (warm.py):
-    # its backend must still write the FX-graph cache entry that the device slot's plain
-    # torch.compile(model, mode=...) looks up, or the warm-up would be wasted
+def _gated_then_plain(tmp_path: Path) -> dict:
+    """The two probes of the test below, one after the other in a private cache (in a child interpreter,
+    beside the tests before it: tests/early.py)."""
     import json
     import os
     import subprocess
@@ -133,9 +142,16 @@ def test_gated_warm_up_fills_the_cache_the_plain_compile_reads(tmp_path):
         return json.loads(p.stdout.strip().splitlines()[-1])
 
     gated = probe("gated")
+    return {"gated": gated, "plain": probe("plain")}
+
+
+def test_gated_warm_up_fills_the_cache_the_plain_compile_reads(gated_then_plain):
+    # the warm-up compiles outside the device's lock and runs each compiled graph inside it (warm.py):
+    # its backend must still write the FX-graph cache entry that the device slot's plain
+    # torch.compile(model, mode=...) looks up, or the warm-up would be wasted
+    gated, plain = gated_then_plain["gated"], gated_then_plain["plain"]
     assert gated["ok"] and gated["gate"] == 2  # each run of the compiled graph, and nothing else
     assert gated.get("fxgraph_cache_miss") == 1
-    plain = probe("plain")
     assert plain["ok"] and plain["gate"] == 0
     assert plain.get("fxgraph_cache_hit") == 1 and not plain.get("fxgraph_cache_miss")
 
@@ -262,10 +278,10 @@ def test_warm_record_merges_an_interrupted_parts_compiles_and_marks_a_cut():
     assert second["_wall_s_parts"] == [first["_wall_s"], 12.5]
 
 
-def test_a_run_cut_short_keeps_the_compiles_it_finished(tmp_path, monkeypatch):
+def _run_cut_short(tmp_path: Path) -> str:
+    """The run of the test below, cut while its first result is stored (in a child interpreter, beside the
+    tests before it: tests/early.py); returns the store's URL."""
     import asyncio
-
-    import pytest
 
     from kernelbench_harness.runner import RunConfig, execute_run
     from kernelbench_harness.store import Store
@@ -276,11 +292,17 @@ def test_a_run_cut_short_keeps_the_compiles_it_finished(tmp_path, monkeypatch):
     db = f"sqlite:///{tmp_path / 'kb.db'}"
     cfg = RunConfig(model="bundled", levels=(1,), ids="1", run_name="warm-cut", db=db, gpus="cpu",
                     build_cache=str(tmp_path / "cache"), warm_workers=1, timeout_s=120)
-    monkeypatch.setattr(Store, "record_attempt", cut)
-    with pytest.raises(KeyboardInterrupt):
-        asyncio.run(execute_run(cfg))
-    monkeypatch.undo()
-    st = Store(db)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Store, "record_attempt", cut)
+        with pytest.raises(KeyboardInterrupt):
+            asyncio.run(execute_run(cfg))
+    return db
+
+
+def test_a_run_cut_short_keeps_the_compiles_it_finished(warm_cut_db):
+    from kernelbench_harness.store import Store
+
+    st = Store(warm_cut_db)
     try:
         run = st.get_run("warm-cut")
         assert run.status == "interrupted"
@@ -331,3 +353,24 @@ def test_input_bytes_are_known_before_the_inputs_are_drawn():
     def odd():
         return [torch.rand(4) * torch.rand(1).item()]  # a meta tensor has no value to read
     assert warm.meta_input_nbytes(torch, types.SimpleNamespace(get_inputs=odd)) == -1
+
+
+# queued when the session is collected (tests/early.py): these runs and compiles are in processes of their own
+EARLY = {"warm_run": Early(in_child(_run_with_warm_up_workers)),
+         "gated_then_plain": Early(in_child(_gated_then_plain)),
+         "warm_cut_db": Early(in_child(_run_cut_short))}
+
+
+@pytest.fixture
+def warm_run():
+    return EARLY["warm_run"].result()
+
+
+@pytest.fixture
+def gated_then_plain() -> dict:
+    return EARLY["gated_then_plain"].result()
+
+
+@pytest.fixture
+def warm_cut_db() -> str:
+    return EARLY["warm_cut_db"].result()
