@@ -108,6 +108,27 @@ def test_no_notices_unless_the_job_asks(hooks: _FakeJob) -> None:
     assert hooks.sent == []
 
 
+def _counted_kernel(monkeypatch: pytest.MonkeyPatch, fake_run: Any) -> tuple[Any, Any]:
+    """The worker's launch counter and compile notices installed over ``fake_run`` (standing for Triton's
+    ``JITFunction.run``, which needs a GPU), with the interpreter's hook restored after the test; returns the
+    counter and a fresh kernel."""
+    import triton.runtime.interpreter as interp
+    import triton.runtime.jit as jit
+
+    monkeypatch.setattr(jit.JITFunction, "run", fake_run)
+    monkeypatch.setattr(interp.InterpretedFunction, "run", interp.InterpretedFunction.run)  # restored after
+    counter = worker._LaunchCounter()
+    counter.install()
+    monkeypatch.setattr(jit.JITFunction, "run", counter.installed["triton.JITFunction.run"][1])
+    assert worker._install_compile_notices()
+
+    @jit.jit
+    def k(x):  # noqa: ANN001, ANN202
+        pass
+
+    return counter, k
+
+
 def test_a_compiled_kernels_first_run_is_announced_from_its_start(hooks: _FakeJob,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Its first run sets Triton's driver and the kernel's binder up before the compile hook fires (0.6 s of the
@@ -128,19 +149,7 @@ def test_a_compiled_kernels_first_run_is_announced_from_its_start(hooks: _FakeJo
             knobs.runtime.jit_post_compile_hook(**_compile_kwargs(None))
         return "launched"
 
-    import triton.runtime.interpreter as interp
-
-    monkeypatch.setattr(jit.JITFunction, "run", fake_run)
-    monkeypatch.setattr(interp.InterpretedFunction, "run", interp.InterpretedFunction.run)  # restored after
-    counter = worker._LaunchCounter()
-    counter.install()
-    monkeypatch.setattr(jit.JITFunction, "run", counter.installed["triton.JITFunction.run"][1])
-    assert worker._install_compile_notices()
-
-    @jit.jit
-    def k(x):  # noqa: ANN001, ANN202
-        pass
-
+    counter, k = _counted_kernel(monkeypatch, fake_run)
     assert k.run(1, grid=(1,), warmup=False) == "launched"
     assert during == [True], "the first run's set-up was outside the announced stretch"
     assert [m["on"] for m in hooks.sent] == [True, False] and not hooks.host_work_on
@@ -161,8 +170,6 @@ def test_a_compile_that_raises_ends_its_stretch_with_the_run(hooks: _FakeJob, mo
     """Triton calls the post-compile hook only after a compile that worked. An autotuner's config that does not
     compile raises inside a later run of a kernel that ran before, and the autotuner catches it: the stretch ends
     with that run, not with the call (the best config's launch is device work)."""
-    import triton.runtime.interpreter as interp
-    import triton.runtime.jit as jit
 
     def fake_run(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         knobs.runtime.jit_cache_hook(**_compile_kwargs(None))
@@ -171,17 +178,7 @@ def test_a_compile_that_raises_ends_its_stretch_with_the_run(hooks: _FakeJob, mo
         knobs.runtime.jit_post_compile_hook(**_compile_kwargs(None))
         return "launched"
 
-    monkeypatch.setattr(jit.JITFunction, "run", fake_run)
-    monkeypatch.setattr(interp.InterpretedFunction, "run", interp.InterpretedFunction.run)
-    counter = worker._LaunchCounter()
-    counter.install()
-    monkeypatch.setattr(jit.JITFunction, "run", counter.installed["triton.JITFunction.run"][1])
-    assert worker._install_compile_notices()
-
-    @jit.jit
-    def k(x):  # noqa: ANN001, ANN202
-        pass
-
+    _counter, k = _counted_kernel(monkeypatch, fake_run)
     assert k.run(1, grid=(1,), warmup=False) == "launched"
     with pytest.raises(RuntimeError, match="PTXAS"):
         k.run(1, grid=(1,), warmup=False, fail=True)  # a second config, compiled in a later run
