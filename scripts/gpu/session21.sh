@@ -4,7 +4,7 @@
 #   scripts/gpu/session21.sh start TAG [VAR=VALUE ...]   start scripts/gpu/session9.sh's cached sweep of levels 1-3
 #       (the problems correct in the cold runs) as run TAG, with the given environment, writing to /tmp/bg/TAG
 #   scripts/gpu/session21.sh wait TAG SECONDS             wait until it ends or SECONDS pass, then copy its folder
-#       and results/sweep.db into $OUT/TAG
+#       (less the stores) and results/sweep.db, gzipped, into $OUT/TAG; on a fresh machine exit 3 at once
 #   scripts/gpu/session21.sh probe                        host_probe_ms, the user, and the compile-notice probe
 set -u -o pipefail
 cmd=$1; shift
@@ -24,8 +24,10 @@ case $cmd in
     sleep 2; echo "started $tag"; cat /tmp/bg/$tag/session.log 2>/dev/null ;;
   wait)
     tag=$1; limit=$2; t=0
+    # a fresh machine (the last call ended more than idle_release_s ago) has no /tmp/bg: say so at once
+    [ -d /tmp/bg/$tag ] || { echo "no /tmp/bg/$tag: this is a fresh machine, the sweep went with the last one"; exit 3; }
     while [ ! -f /tmp/bg/$tag/done ] && [ $t -lt $limit ]; do sleep 5; t=$((t + 5)); done
     [ -f /tmp/bg/$tag/done ] && echo "$tag done: $(cat /tmp/bg/$tag/done)" || echo "$tag still running after ${limit}s"
-    mkdir -p "$OUT/$tag"; cp -r /tmp/bg/$tag/. "$OUT/$tag/"; cp results/sweep.db "$OUT/$tag/sweep.db"
+    mkdir -p "$OUT/$tag"; (cd /tmp/bg/$tag && find . -type f ! -name '*.db' -exec cp --parents {} "$OUT/$tag/" \;); gzip -c results/sweep.db > "$OUT/$tag/sweep.db.gz"
     tail -5 /tmp/bg/$tag/session.log ;;
 esac
