@@ -180,8 +180,9 @@ def main() -> int:
         if warm:
             per = {k: v for k, v in warm.items() if isinstance(v, dict)}
             waits = sum(float(v.get("_lock_wait_s") or 0.0) for v in per.values())
+            threads = f", {warm['_compile_threads']} compile threads each" if "_compile_threads" in warm else ""
             print(f"   warm-up: {len(per)} problem(s) in {warm.get('_wall_s')} s, {waits:.1f} s waiting for the "
-                  "device lock")
+                  f"device lock{threads}")
     return 0
 
 

@@ -38,7 +38,7 @@ import multiprocessing as mp
 from ..core import Problem
 from .scratch import HostDeviceLock
 
-__all__ = ["warm_compile"]
+__all__ = ["warm_compile", "compile_threads"]
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +335,34 @@ def _gate_benchmarks(torch: Any, gate: Callable[[], Any]) -> Callable[[], None]:
             u()
     return undo_all
 
+def _available_cpus() -> int:
+    """The CPUs this process may run on (its affinity: the executor keeps the timing slots' cores apart)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def compile_threads(available: int, workers: int) -> int:
+    """Inductor compile threads (``TORCHINDUCTOR_COMPILE_THREADS``) for each of ``workers`` warm-up processes
+    sharing ``available`` CPUs.
+
+    Each process gets twice its share, up to all of them. A process spends much of a compile in its own
+    single-threaded tracing and lowering, its compile threads idle, and uses them in bursts (a graph's
+    kernels, all at once). With one share each, the last compile of a run, or a run's only one, used 2 of 16
+    cores while the others stood idle: L3/16 (DenseNet201) did not finish its warm-up in 275 s on an H200's
+    host (session 20). Oversubscribing stays on the CPUs the warm-up may use (where the executor pins the
+    timing slots, not theirs); the cap bounds inductor's compile processes to twice those CPUs.
+
+    Args:
+        available: CPUs the warm-up processes may run on (>= 1).
+        workers: warm-up processes (>= 1).
+
+    Returns:
+        Threads per process, between 1 and ``available``.
+    """
+    return max(1, min(available, (2 * available) // max(1, workers)))
+
+
 def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], no_grad: bool,
                  device_index: str | None, workers: int, seed: int = 0,
                  timeout_s: float = 1800.0, on_done: Callable[[str], None] | None = None,
@@ -354,7 +382,8 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
             finishes, so a caller cut short (Ctrl-C, a budget) still has the problems compiled so far.
 
     Returns:
-        ``{problem.key: {mode: seconds or error}}``, plus ``"_wall_s"``. On a GPU each problem's dict
+        ``{problem.key: {mode: seconds or error}}``, plus ``"_wall_s"`` and ``"_compile_threads"`` (each
+        process's inductor compile threads, :func:`compile_threads`). On a GPU each problem's dict
         also holds ``"_lock_wait_s"`` (seconds its warm-up waited for the device's
         :class:`.scratch.HostDeviceLock`, behind timing windows) and ``"_gpu_windows"``
         (``[[start, end], ...]``, epochs of its GPU stretches, none of which overlaps a timing
@@ -366,8 +395,10 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
         res["_wall_s"] = 0.0
         return res
     device = "cuda:0" if device_index is not None else "cpu"
-    ncpu = os.cpu_count() or 1
-    threads = max(1, ncpu // max(1, workers))
+    workers = min(workers, len(problems))  # a process per problem at most: the others would only take threads
+    threads = compile_threads(_available_cpus(), workers)
+    given = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "")  # the user's own setting is kept (_init)
+    res["_compile_threads"] = int(given) if given.isdigit() else threads
     ctx = mp.get_context("spawn")
     notified: set[str] = set()
 

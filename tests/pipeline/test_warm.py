@@ -374,3 +374,28 @@ def gated_then_plain() -> dict:
 @pytest.fixture
 def warm_cut_db() -> str:
     return EARLY["warm_cut_db"].result()
+
+
+def test_compile_threads_give_each_process_twice_its_share_up_to_every_cpu():
+    from kernelbench_harness.execution.warm import compile_threads
+
+    assert compile_threads(16, 8) == 4  # eight warm-ups on an H200 host's 16 CPUs (was 2 each)
+    assert compile_threads(16, 1) == 16  # a lone compile gets them all
+    assert compile_threads(16, 3) == 10
+    assert compile_threads(2, 1) == 2
+    assert compile_threads(3, 8) == 1  # never below one
+
+
+def test_a_lone_problem_compiles_with_every_cpu(monkeypatch):
+    """One problem to warm with eight processes asked for: one process, with the compile threads of all the CPUs
+    (session 20: L3/16 alone had 2 of 16 and did not finish in 275 s)."""
+    import os
+
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    problems = [Problem(1, 1, "Good", GOOD, "1_Good.py")]
+    res = warm_compile(problems, precision="fp32", modes=[], no_grad=True, device_index=None, workers=8)
+    assert res["_compile_threads"] == len(os.sched_getaffinity(0))
+    assert res[problems[0].key] == {}
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "3")  # the user's setting wins, and is what is recorded
+    assert warm_compile(problems, precision="fp32", modes=[], no_grad=True, device_index=None,
+                        workers=8)["_compile_threads"] == 3
