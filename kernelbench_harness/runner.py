@@ -674,7 +674,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                                and len(baselines.known(p, modes)) < len(modes)),
                               key=lambda p: first_at[(p.level, p.problem_id)])
                 if cold and workers > 0 and cfg.executor == "local":
-                    prog.note(f"compiling {len(cold)} reference(s) with torch.compile in {workers} processes; "
+                    workers = min(workers, len(cold))  # as warm_compile does: a process per problem at most
+                    prog.note(f"compiling {len(cold)} reference(s) with torch.compile in {workers} process(es); "
                               "each problem's timing starts when its own compile is done")
                     loop = asyncio.get_running_loop()
                     for p in cold:
@@ -690,7 +691,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                     await asyncio.to_thread(
                         warm_compile, cold, precision=protocol.precision,
                         modes=[m.split(":", 1)[1] for m in modes if m.startswith("compile:")],
-                        no_grad=protocol.reference_no_grad, device_index=dev0.split(":", 1)[1] if gpu else None,
+                        no_grad=protocol.reference_no_grad, tf32=protocol.tf32, device_index=dev0.split(":", 1)[1] if gpu else None,
                         workers=workers, on_done=done, results=warm_info)
                     phase_s["warm"] = time.perf_counter() - warm_t0[0]
             finally:

@@ -42,7 +42,7 @@ from .scratch import HostDeviceLock, claim_scratch, device_lock_key, flock_holde
 from .tensorio import LARGE_SET_BYTES, DTYPES, TensorFormatError, encode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 from .tritonseed import TritonSeed, make_seed, plant_seed
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
-from .warm import module_nbytes, tensor_nbytes
+from .warm import module_nbytes, stable_compile_cache_keys, tensor_nbytes
 
 __all__ = ["EvalJob", "DeviceEvaluator", "ProblemContext", "ReferenceError_"]
 
@@ -1471,6 +1471,7 @@ class DeviceEvaluator:
         """A timing function per baseline mode not measured yet (torch.compile done here, outside any
         timing window), with its compile seconds; failures go to ``ctx.baseline_info``."""
         apply_tf32(protocol.tf32)
+        stable_compile_cache_keys()  # the key the warm-up process stored this compile under (execution/warm.py)
         sets = [_cast_set(ctx.set_values(i), ctx.dtype, ctx.cast_all) for i in ctx.timing_sets]
         k = len(sets)
         # every mode's timing moves these sets to new memory between placements (protocol.placements)

@@ -38,7 +38,7 @@ import multiprocessing as mp
 from ..core import Problem
 from .scratch import HostDeviceLock
 
-__all__ = ["warm_compile", "compile_threads"]
+__all__ = ["warm_compile", "compile_threads", "stable_compile_cache_keys"]
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,44 @@ def _init(device_index: str | None, threads: int) -> None:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))
 
 
+def stable_compile_cache_keys() -> None:
+    """Make inductor's FX-graph cache key of a compile the same in every process, so that the device slot's
+    compile of a reference finds what the warm-up process stored for it.
+
+    The key pickles each input's metadata, memory format included. A ``torch.memory_format`` pickles as a bare
+    name, ``torch.contiguous_format``, which :mod:`pickle` resolves by scanning ``sys.modules`` for the first
+    module with a global ``torch``: ``torch._utils`` in one process, ``__mp_main__`` in a warm-up process
+    (spawned, its main module re-imported under that name). The bytes, and the key, then differed between the
+    two processes and every slot's compile missed the cache (CPU, torch 2.13: a warm-up then the slot's
+    baseline, 0 hits and 1 miss; ``scripts/compile_cache_check.py``). Registered here with :mod:`copyreg`,
+    it pickles as :func:`memory_format_named` ``("contiguous_format")`` everywhere: the same value when
+    unpickled, and the same bytes in each process. Idempotent; call it before compiling."""
+    import copyreg
+
+    import torch
+
+    if copyreg.dispatch_table.get(torch.memory_format) is not _reduce_memory_format:
+        copyreg.pickle(torch.memory_format, _reduce_memory_format)
+
+
+def memory_format_named(name: str) -> Any:
+    """``torch.<name>`` (a ``torch.memory_format``): what :func:`_reduce_memory_format`'s pickles load as."""
+    import torch
+
+    fmt = getattr(torch, name)
+    if not isinstance(fmt, torch.memory_format):
+        raise ValueError(f"torch.{name} is not a memory format")
+    return fmt
+
+
+def _reduce_memory_format(fmt: Any) -> tuple[Any, tuple[str]]:
+    # a function named by its module (which pickle writes as is) and a string: both pickle to the same bytes
+    # in every process (the torch module itself would not pickle, and the cache would be bypassed)
+    return memory_format_named, (str(fmt).rsplit(".", 1)[-1],)
+
+
 def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: bool, device: str,
-              seed: int) -> dict[str, Any]:
+              seed: int, tf32: bool | None = None) -> dict[str, Any]:
     """Compile and call one reference in ``modes``; ``{mode: seconds or error}``, or ``{"error": ...}``
     when the model or its inputs cannot be made. On a CUDA ``device`` also ``_lock_wait_s`` (seconds
     waited for the device's lock, summed) and ``_gpu_windows`` (``[[start, end], ...]`` epochs of the
@@ -75,8 +111,15 @@ def _warm_one(code: str, name: str, precision: str, modes: list[str], no_grad: b
 
     import torch
 
+    from .guards import apply_tf32
     from .scratch import device_lock_key
 
+    # the TF32 switches the device slot sets before its own compile (DeviceEvaluator): inductor's FX-graph cache
+    # key holds the matmul precision, which apply_tf32 sets ("ieee") where a fresh process has "none"; without
+    # this, every slot's compile missed the cache this warm-up filled (H200 session 22: L3/16 compiled in
+    # 131.9 s here, then in 94.4 s in the slot)
+    apply_tf32(tf32)
+    stable_compile_cache_keys()
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     out: dict[str, Any] = {}
     gpu = device.startswith("cuda")
@@ -364,7 +407,7 @@ def compile_threads(available: int, workers: int) -> int:
 
 
 def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], no_grad: bool,
-                 device_index: str | None, workers: int, seed: int = 0,
+                 device_index: str | None, workers: int, seed: int = 0, tf32: bool | None = None,
                  timeout_s: float = 1800.0, on_done: Callable[[str], None] | None = None,
                  results: dict[str, Any] | None = None) -> dict[str, Any]:
     """Compile every problem's reference with torch.compile in ``modes`` in ``workers`` processes.
@@ -373,6 +416,8 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
         problems: problems whose baselines are not cached yet.
         precision: run precision (``fp32``...); modes: torch.compile modes (``default``...).
         no_grad: call under ``torch.no_grad`` (as the baseline timing does).
+        tf32: the protocol's TF32 policy (:func:`.guards.apply_tf32`), set as the device slot sets it, so that
+            the slot's compile finds what this one stored (the cache key holds the matmul precision).
         device_index: GPU index (as in ``CUDA_VISIBLE_DEVICES``) or None for the CPU.
         workers: processes (each limited to a few inductor compile threads).
         on_done: called (from this thread) with ``problem.key`` as soon as that problem's compile
@@ -413,7 +458,7 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init,
                                  initargs=(device_index, threads)) as ex:
-            futs = {ex.submit(_warm_one, p.code, p.file_name, precision, modes, no_grad, device, seed): p
+            futs = {ex.submit(_warm_one, p.code, p.file_name, precision, modes, no_grad, device, seed, tf32): p
                     for p in problems}
             try:
                 for f in as_completed(futs, timeout=timeout_s):

@@ -356,9 +356,37 @@ def test_input_bytes_are_known_before_the_inputs_are_drawn():
 
 
 # queued when the session is collected (tests/early.py): these runs and compiles are in processes of their own
-EARLY = {"warm_run": Early(in_child(_run_with_warm_up_workers)),
+def _compile_cache_checked(folder: Path) -> dict:
+    """scripts/compile_cache_check.py: the warm-up, then the slot's baseline compile, each in a fresh process
+    with one new inductor cache (in a child interpreter, beside the tests before it: tests/early.py)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "compile_cache_check.py"
+    spec = importlib.util.spec_from_file_location("compile_cache_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.check(cache_dir=str(folder / "inductor"))
+
+
+def test_the_slots_compile_finds_what_the_warm_up_stored(compile_cache_checked):
+    """Before, every slot's compile missed the warm-up's cache: the warm-up left TF32 at a fresh process's
+    settings (matmul precision "none", in the key) where the slot set "ieee", and a memory format's pickle in the
+    key named whichever module pickle found first (``__mp_main__`` in the spawned warm-up)."""
+    r = compile_cache_checked
+    assert r["error"] is None and r["warm"].get("default") is not None, r
+    assert r["fxgraph_cache_hit"] == 1 and r["fxgraph_cache_miss"] == 0, r
+    assert r["aot_autograd"].get("autograd_cache_hit") == 1, r
+
+
+EARLY = {"compile_cache_checked": Early(in_child(_compile_cache_checked)),
+         "warm_run": Early(in_child(_run_with_warm_up_workers)),
          "gated_then_plain": Early(in_child(_gated_then_plain)),
          "warm_cut_db": Early(in_child(_run_cut_short))}
+
+
+@pytest.fixture
+def compile_cache_checked():
+    return EARLY["compile_cache_checked"].result()
 
 
 @pytest.fixture
