@@ -765,8 +765,8 @@ class ProblemContext:
                 # size): handed back before them rather than kept beside them (H200 session 18: L1/19's
                 # trusted side peaked at 52.5 GiB with its judging at 30)
                 torch.cuda.empty_cache()
-            try:
-                self._m64 = self._model64(off_device)
+            def eval64(fresh: bool) -> None:
+                self._m64 = self._model64(off_device, fresh=fresh)
                 self.weight64_bytes = module_nbytes(torch, self._m64, device_only=True)
                 with grad():
                     args64 = _upcast(self.set_values(0), device)
@@ -783,17 +783,30 @@ class ProblemContext:
                         for i in range(1, n_sets):
                             step()
                             self.refs64.append(_detach_outputs(self._m64(*_upcast(self.set_values(i), device))))
-            except HostLockLost:  # the slot's hold, not the twin: never a reason to judge with allclose
-                raise
-            except Exception as e:
-                if shared_device and _device_oom(e):  # others' memory perhaps: no verdict on a weaker judge
-                    raise ReferenceError_(f"the float64 reference ran out of device memory: {type(e).__name__}: "
-                                          f"{str(e)[:300]}", oom=True) from None
-                log.warning("%s: no float64 reference (%s); judging with allclose", problem.key, e)
-                self.flags.append("no-fp64-reference")
-                self.refs64 = None
-                self._m64 = None
-                self.weight64_bytes = 0
+
+            # a copy of the reference first; where that fails, a twin built anew (a copy keeps what the model's
+            # functions closed over, the original's float32 modules: L3/44's ``self.mlpf`` lambda)
+            for fresh in (False, True):
+                try:
+                    eval64(fresh)
+                    break
+                except HostLockLost:  # the slot's hold, not the twin: never a reason to judge with allclose
+                    raise
+                except Exception as e:
+                    self.refs64 = None
+                    self._m64 = None
+                    self.weight64_bytes = 0
+                    if shared_device and _device_oom(e):  # others' memory perhaps: no verdict on a weaker judge
+                        raise ReferenceError_(f"the float64 reference ran out of device memory: {type(e).__name__}: "
+                                              f"{str(e)[:300]}", oom=True) from None
+                    if not fresh and isinstance(self.model_cpu, torch.nn.Module):
+                        log.info("%s: the float64 copy of the reference failed (%s); building it anew",
+                                 problem.key, e)
+                        if device.type == "cuda":
+                            torch.cuda.empty_cache()
+                        continue
+                    log.warning("%s: no float64 reference (%s); judging with allclose", problem.key, e)
+                    self.flags.append("no-fp64-reference")
         self.setup_s = time.perf_counter() - t0
         self.baselines: dict[str, TimingStats] = {}
         self.baseline_info: dict[str, Any] = {}
@@ -841,19 +854,45 @@ class ProblemContext:
             self._sets_enc = enc
         return self._sets_enc
 
-    def _model64(self, off_device: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
-                 ) -> Any:
+    def _model64(self, off_device: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+                 fresh: bool = False) -> Any:
         """A float64 copy of the reference model on the device (weights as first initialised): each floating
         tensor moved and cast in one step, one tensor at a time. Moved whole, then cast (``.to(device)
         .double()``), the float32 copy stayed in this process's allocator cache beside the twin; cast whole on
         the host first, the host held the float64 copy of every weight at once (16 GiB for L3/2). The values
-        are the same either way; complex tensors keep their dtype, as with ``.double()``."""
+        are the same either way; complex tensors keep their dtype, as with ``.double()``.
+
+        ``fresh``: instead of a deep copy of the reference, a model built anew (``Model(*get_init_inputs())``,
+        under the weights' seed, the global generators left as they were) and given the reference's weights and
+        buffers by name. A deep copy keeps references to objects outside the copied modules' attributes as
+        they were, so a function the model holds (a lambda closing over a submodule, as L3/44's ``mlpf``) still
+        calls the reference's own float32 modules; built anew, it closes over the twin's.
+
+        Raises:
+            RuntimeError: ``fresh`` and the new model's parameters or buffers do not match the reference's
+                (names or shapes).
+        """
         device = self.device
 
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device, torch.float64) if t.is_floating_point() else t.to(device)
         with off_device():  # the host copy (seconds for a model of several GiB) does no device work
-            twin = copy.deepcopy(self.model_cpu)
+            if not fresh:
+                twin = copy.deepcopy(self.model_cpu)
+            else:
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(self.weights_seed)
+                    twin = self.module.Model(*copy.deepcopy(self.init_inputs))
+                have = dict(self.model_cpu.named_parameters())
+                have.update(self.model_cpu.named_buffers())
+                want = dict(twin.named_parameters())
+                want.update(twin.named_buffers())
+                if set(have) != set(want):
+                    raise RuntimeError("the model built anew has other parameters or buffers than the reference: "
+                                       f"{sorted(set(have) ^ set(want))[:5]}")
+                with torch.no_grad():
+                    for name, t in want.items():
+                        t.copy_(have[name])  # raises on a shape that differs
         return twin._apply(move)
 
     @staticmethod

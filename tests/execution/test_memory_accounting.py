@@ -193,14 +193,58 @@ def test_the_float64_twins_weights_are_its_own_and_none_without_one(tmp_path, mo
     assert not ctx.fp64_judge and ctx.weight64_bytes == 0
     # the twin fails after it was built: judged with allclose, no twin counted
 
-    def failing(self):
-        m = real_model64(self)
+    def failing(self, *a, **k):
+        m = real_model64(self, *a, **k)
         m.forward = lambda *a: (_ for _ in ()).throw(RuntimeError("no float64 kernel"))
         return m
     real_model64 = ProblemContext._model64
     monkeypatch.setattr(ProblemContext, "_model64", failing)
     ctx = ProblemContext(Problem(1, 9906, "Linear_test", LINEAR), proto, 3, torch.device("cpu"), tmp_path / "c")
     assert not ctx.fp64_judge and "no-fp64-reference" in ctx.flags and ctx.weight64_bytes == 0
+
+
+# L3/44 (MiniGPTBlock) holds a lambda that closes over its MLP: a deep copy's lambda still calls the original's
+# float32 modules, and its float64 twin failed ("mat1 and mat2 must have the same dtype")
+CLOSURE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.mlp = nn.ModuleDict(dict(fc=nn.Linear(n, n), proj=nn.Linear(n, n)))
+        m = self.mlp
+        self.mlpf = lambda x: m.proj(torch.tanh(m.fc(x)))
+        self.register_buffer("shift", torch.full((n,), 0.5), persistent=False)
+
+    def forward(self, x):
+        return self.mlpf(x) + self.shift
+
+
+def get_inputs():
+    return [torch.rand(4, 16)]
+
+
+def get_init_inputs():
+    return [16]
+"""
+
+
+def test_a_model_whose_lambda_closes_over_its_modules_gets_a_float64_twin(tmp_path):
+    ctx = ProblemContext(Problem(3, 9944, "Closure_test", CLOSURE), get_protocol("kbench"), 3, torch.device("cpu"),
+                         tmp_path)
+    assert ctx.fp64_judge and "no-fp64-reference" not in ctx.flags, ctx.flags
+    m64 = ctx._m64
+    assert m64.mlp.fc.weight.dtype == torch.float64 and m64.shift.dtype == torch.float64
+    # the weights and the non-persistent buffer are the reference's, not a new draw
+    assert torch.equal(m64.mlp.fc.weight, ctx.model_cpu.mlp.fc.weight.double())
+    assert torch.equal(m64.shift, ctx.model_cpu.shift.double())
+    # and its outputs are the reference's own computation in float64
+    x = ctx.set_values(0)[0]
+    want = ctx.model_cpu.mlp.proj(torch.tanh(ctx.model_cpu.mlp.fc(x.double().float()))) + 0.5
+    out64 = ctx.refs64[0][0] if isinstance(ctx.refs64[0], (list, tuple)) else ctx.refs64[0]
+    assert out64.dtype == torch.float64 and torch.allclose(out64.float(), want, atol=1e-5)
 
 
 def test_on_the_cpu_nothing_is_measured(tmp_path):
