@@ -12,6 +12,7 @@ candidate process uses (:mod:`.timing`).
 from __future__ import annotations
 
 import contextlib
+import gc
 import copy
 import dataclasses
 import hashlib
@@ -147,6 +148,45 @@ def _described_nbytes(d: Any) -> int:
         return nbytes_of(DTYPES[str(d["dtype"])], [max(0, int(x)) for x in d["shape"]][:64])
     except Exception:  # noqa: BLE001 - reported when read
         return 0
+
+
+#: the largest norm-wise relative difference between a twin built anew and the reference, by the run's dtype: a
+#: few units of the dtype's rounding (``torch.finfo(dtype).eps``: 1.2e-7, 9.8e-4, 7.8e-3) summed over a
+#: computation. The twin's difference from the reference feeds the judge's bound, so a twin that computes
+#: something else (a constant or a permutation drawn again in ``__init__``) must not pass; one rejected here is
+#: dropped and the problem judged with allclose, as before twins built anew existed
+FRESH_TWIN_RTOL = {torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 3e-2}
+
+
+def _check_fresh_twin(ref: list[Any], out64: list[Any], dtype: torch.dtype) -> None:
+    """Raise RuntimeError unless the float64 twin's outputs ``out64`` (set 0) agree with the reference's ``ref``
+    at the run's ``dtype``: each floating tensor within :data:`FRESH_TWIN_RTOL` norm-wise (NaN and Inf where the
+    reference has them), every other output equal."""
+    if len(ref) != len(out64):
+        raise RuntimeError(f"the float64 twin built anew returns {len(out64)} outputs, the reference {len(ref)}")
+    rtol = FRESH_TWIN_RTOL.get(dtype, 1e-3)
+    for i, (r, o) in enumerate(zip(ref, out64)):
+        if isinstance(r, torch.Tensor) and isinstance(o, torch.Tensor) and r.is_floating_point():
+            if r.shape != o.shape:
+                raise RuntimeError(f"the float64 twin built anew gives output {i} shape {tuple(o.shape)}, the "
+                                   f"reference {tuple(r.shape)}")
+            a, b = r.detach().to(torch.float64), o.detach().to(device=r.device, dtype=torch.float64)
+            fin = torch.isfinite(a)
+            if not torch.equal(fin, torch.isfinite(b)) or not torch.equal(a[~fin].nan_to_num(0.0),
+                                                                         b[~fin].nan_to_num(0.0)):
+                raise RuntimeError(f"the float64 twin built anew has NaN or Inf elsewhere than the reference "
+                                   f"(output {i})")
+            diff = float((a[fin] - b[fin]).norm())
+            scale = float(b[fin].norm())
+            if diff > rtol * scale + 1e-12:
+                raise RuntimeError(f"the float64 twin built anew disagrees with the reference (output {i}: "
+                                   f"|ref - twin| = {diff:.3g}, |twin| = {scale:.3g}); something its __init__ "
+                                   "draws besides its weights and buffers differs")
+        elif isinstance(r, torch.Tensor) and isinstance(o, torch.Tensor):
+            if r.shape != o.shape or not torch.equal(r.cpu(), o.cpu()):
+                raise RuntimeError(f"the float64 twin built anew gives another output {i} than the reference")
+        elif not (type(r) is type(o) and r == o):
+            raise RuntimeError(f"the float64 twin built anew gives another output {i} than the reference")
 
 
 def _device_oom(e: BaseException) -> bool:
@@ -774,6 +814,12 @@ class ProblemContext:
                     out64 = _detach_outputs(raw64)
                     del raw64, args64
                     self.ref64_temp_bytes = max(0, peak64 - tensor_nbytes(torch, out64))
+                    if fresh:
+                        # built anew, only its weights and buffers are the reference's: whatever else its
+                        # __init__ drew (numpy, random, an attribute) is drawn again. A twin that computes
+                        # something else would widen the bound it sets, so it must agree with the reference
+                        _check_fresh_twin(self.refs[0] if self.refs else run_ref(self.set_values(0)), out64,
+                                          self.dtype)
                     if self.lazy_refs:
                         # evaluated once here all the same, so that a reference without a float64
                         # evaluation is flagged (and judged with allclose) from the first candidate on
@@ -787,6 +833,9 @@ class ProblemContext:
             # a copy of the reference first; where that fails, a twin built anew (a copy keeps what the model's
             # functions closed over, the original's float32 modules: L3/44's ``self.mlpf`` lambda)
             for fresh in (False, True):
+                if fresh and device.type == "cuda":
+                    gc.collect()  # the failed copy's tensors, freed with the exception handled above
+                    torch.cuda.empty_cache()  # and handed back to the driver (the other slots' memory)
                 try:
                     eval64(fresh)
                     break
@@ -799,11 +848,12 @@ class ProblemContext:
                     if shared_device and _device_oom(e):  # others' memory perhaps: no verdict on a weaker judge
                         raise ReferenceError_(f"the float64 reference ran out of device memory: {type(e).__name__}: "
                                               f"{str(e)[:300]}", oom=True) from None
-                    if not fresh and isinstance(self.model_cpu, torch.nn.Module):
+                    # a copy's failure that a model built anew would repeat (no memory, an operation without
+                    # a float64 kernel) is not tried again: the rebuild costs seconds for a large model
+                    if not fresh and isinstance(self.model_cpu, torch.nn.Module) and not _device_oom(e) \
+                            and "not implemented for" not in str(e):
                         log.info("%s: the float64 copy of the reference failed (%s); building it anew",
                                  problem.key, e)
-                        if device.type == "cuda":
-                            torch.cuda.empty_cache()
                         continue
                     log.warning("%s: no float64 reference (%s); judging with allclose", problem.key, e)
                     self.flags.append("no-fp64-reference")
@@ -863,8 +913,9 @@ class ProblemContext:
         are the same either way; complex tensors keep their dtype, as with ``.double()``.
 
         ``fresh``: instead of a deep copy of the reference, a model built anew (``Model(*get_init_inputs())``,
-        under the weights' seed, the global generators left as they were) and given the reference's weights and
-        buffers by name. A deep copy keeps references to objects outside the copied modules' attributes as
+        under the weights' seed; the host's and this device's generators left as they were) and given the
+        reference's weights and buffers by name. Anything else its ``__init__`` draws is drawn again, so the
+        caller checks its outputs against the reference's (:func:`_check_fresh_twin`). A deep copy keeps references to objects outside the copied modules' attributes as
         they were, so a function the model holds (a lambda closing over a submodule, as L3/44's ``mlpf``) still
         calls the reference's own float32 modules; built anew, it closes over the twin's.
 
@@ -880,7 +931,8 @@ class ProblemContext:
             if not fresh:
                 twin = copy.deepcopy(self.model_cpu)
             else:
-                with torch.random.fork_rng(devices=[]):
+                # manual_seed reseeds every device's generator too: this device's is put back with the host's
+                with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
                     torch.manual_seed(self.weights_seed)
                     twin = self.module.Model(*copy.deepcopy(self.init_inputs))
                 have = dict(self.model_cpu.named_parameters())

@@ -385,6 +385,10 @@ def _available_cpus() -> int:
     return os.cpu_count() or 1
 
 
+#: inductor's own cap on its compile threads (``torch._inductor.config.decide_compile_threads``: at most 32)
+MAX_COMPILE_THREADS = 32
+
+
 def compile_threads(available: int, workers: int) -> int:
     """Inductor compile threads (``TORCHINDUCTOR_COMPILE_THREADS``) for each of ``workers`` warm-up processes
     sharing ``available`` CPUs.
@@ -394,16 +398,17 @@ def compile_threads(available: int, workers: int) -> int:
     kernels, all at once). With one share each, the last compile of a run, or a run's only one, used 2 of 16
     cores while the others stood idle: L3/16 (DenseNet201) did not finish its warm-up in 275 s on an H200's
     host (session 20). Oversubscribing stays on the CPUs the warm-up may use (where the executor pins the
-    timing slots, not theirs); the cap bounds inductor's compile processes to twice those CPUs.
+    timing slots, not theirs); the cap bounds inductor's compile processes to twice those CPUs, and each
+    process's to inductor's own cap (:data:`MAX_COMPILE_THREADS`).
 
     Args:
         available: CPUs the warm-up processes may run on (>= 1).
         workers: warm-up processes (>= 1).
 
     Returns:
-        Threads per process, between 1 and ``available``.
+        Threads per process, between 1 and ``min(available, 32)``.
     """
-    return max(1, min(available, (2 * available) // max(1, workers)))
+    return max(1, min(MAX_COMPILE_THREADS, available, (2 * available) // max(1, workers)))
 
 
 def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], no_grad: bool,

@@ -682,3 +682,15 @@ def _forward_temps(model, args) -> int:
     with torch.no_grad(), _LiveBytes() as live:
         out = model(*args)
     return max(0, live.peak - sum(t.untyped_storage().nbytes() for t in [out] if isinstance(t, torch.Tensor)))
+
+
+def test_a_twin_built_anew_that_computes_something_else_is_dropped(tmp_path):
+    """Built anew, only the weights and buffers are the reference's: a constant its __init__ draws from numpy is
+    drawn again, and the twin would set the judge's bound from a different computation. It is checked against
+    the reference and dropped (judged with allclose)."""
+    src = CLOSURE.replace("self.register_buffer(", "import numpy as np\n        self.s = float(np.random.rand()) * 10\n"
+                          "        self.register_buffer(").replace("return self.mlpf(x) + self.shift",
+                                                                  "return self.mlpf(x) * self.s + self.shift")
+    ctx = ProblemContext(Problem(3, 9945, "Drawn_test", src), get_protocol("kbench"), 3, torch.device("cpu"),
+                         tmp_path)
+    assert not ctx.fp64_judge and "no-fp64-reference" in ctx.flags and ctx.refs64 is None, ctx.flags

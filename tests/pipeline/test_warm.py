@@ -412,6 +412,7 @@ def test_compile_threads_give_each_process_twice_its_share_up_to_every_cpu():
     assert compile_threads(16, 3) == 10
     assert compile_threads(2, 1) == 2
     assert compile_threads(3, 8) == 1  # never below one
+    assert compile_threads(128, 1) == 32  # inductor's own cap
 
 
 def test_a_lone_problem_compiles_with_every_cpu(monkeypatch):
