@@ -4,6 +4,8 @@ between jobs; the job's recorded high-water mark survives the measurement inside
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -694,3 +696,20 @@ def test_a_twin_built_anew_that_computes_something_else_is_dropped(tmp_path):
     ctx = ProblemContext(Problem(3, 9945, "Drawn_test", src), get_protocol("kbench"), 3, torch.device("cpu"),
                          tmp_path)
     assert not ctx.fp64_judge and "no-fp64-reference" in ctx.flags and ctx.refs64 is None, ctx.flags
+
+
+_L3_44 = Path(os.environ.get("KBENCH_SHARED", Path(__file__).resolve().parents[2].parent / "shared")) \
+    / "kernelbench" / "level3" / "44_MiniGPTBlock.py"
+
+
+@pytest.mark.skipif(not _L3_44.is_file(), reason="KernelBench main is not under KBENCH_SHARED")
+def test_kernelbench_l3_44_has_a_float64_twin(tmp_path):
+    """L3/44 itself (its sizes shrunk): before, its twin failed ("mat1 and mat2 must have the same dtype") and it
+    was judged with allclose."""
+    src = _L3_44.read_text()
+    for k, v in {"batch_size": 2, "max_seqlen": 64, "seq_len": 32, "n_embd": 64}.items():
+        src, n = re.subn(rf"^{k} = \d+", f"{k} = {v}", src, flags=re.M)
+        assert n == 1, k
+    ctx = ProblemContext(Problem(3, 44, "MiniGPTBlock", src), get_protocol("kbench"), 3, torch.device("cpu"),
+                         tmp_path)
+    assert ctx.fp64_judge and "no-fp64-reference" not in ctx.flags and len(ctx.refs64) == ctx.n_correct + 1
