@@ -516,8 +516,9 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         baselines = _Baselines(store, fp, protocol)
         modes = baseline_modes(protocol)
         arch = target_arch_list(fp.get("compute_capability"))
-        # the cores left to this process once the device slots took theirs (plan_timing_cpus)
-        ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        from .execution.warm import available_cpus
+
+        ncpu = available_cpus()  # the cores left to this process once the device slots took theirs (plan_timing_cpus)
         pool = BuildPool(build_cache, workers=cfg.build_workers or min(16, max(1, ncpu - 1)),
                          arch_list=arch, timeout_s=cfg.build_timeout_s, start_method=cfg.start_method,
                          sandbox=cfg.sandbox)
@@ -691,7 +692,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                     await asyncio.to_thread(
                         warm_compile, cold, precision=protocol.precision,
                         modes=[m.split(":", 1)[1] for m in modes if m.startswith("compile:")],
-                        no_grad=protocol.reference_no_grad, tf32=protocol.tf32, device_index=dev0.split(":", 1)[1] if gpu else None,
+                        no_grad=protocol.reference_no_grad, tf32=protocol.tf32,
+                        device_index=dev0.split(":", 1)[1] if gpu else None,
                         workers=workers, on_done=done, results=warm_info)
                     phase_s["warm"] = time.perf_counter() - warm_t0[0]
             finally:

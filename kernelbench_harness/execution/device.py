@@ -12,8 +12,8 @@ candidate process uses (:mod:`.timing`).
 from __future__ import annotations
 
 import contextlib
-import gc
 import copy
+import gc
 import dataclasses
 import hashlib
 import logging
@@ -170,7 +170,7 @@ def _check_fresh_twin(ref: list[Any], out64: list[Any], dtype: torch.dtype) -> N
             if r.shape != o.shape:
                 raise RuntimeError(f"the float64 twin built anew gives output {i} shape {tuple(o.shape)}, the "
                                    f"reference {tuple(r.shape)}")
-            a, b = r.detach().to(torch.float64), o.detach().to(device=r.device, dtype=torch.float64)
+            a, b = r.to(torch.float64), o.to(device=r.device, dtype=torch.float64)  # both detached already
             fin = torch.isfinite(a)
             if not torch.equal(fin, torch.isfinite(b)) or not torch.equal(a[~fin].nan_to_num(0.0),
                                                                          b[~fin].nan_to_num(0.0)):
@@ -915,9 +915,10 @@ class ProblemContext:
         ``fresh``: instead of a deep copy of the reference, a model built anew (``Model(*get_init_inputs())``,
         under the weights' seed; the host's and this device's generators left as they were) and given the
         reference's weights and buffers by name. Anything else its ``__init__`` draws is drawn again, so the
-        caller checks its outputs against the reference's (:func:`_check_fresh_twin`). A deep copy keeps references to objects outside the copied modules' attributes as
-        they were, so a function the model holds (a lambda closing over a submodule, as L3/44's ``mlpf``) still
-        calls the reference's own float32 modules; built anew, it closes over the twin's.
+        caller checks its outputs against the reference's (:func:`_check_fresh_twin`). A deep copy keeps
+        references to objects outside the copied modules' attributes as they were, so a function the model holds
+        (a lambda closing over a submodule, as L3/44's ``mlpf``) still calls the reference's own float32 modules;
+        built anew, it closes over the twin's.
 
         Raises:
             RuntimeError: ``fresh`` and the new model's parameters or buffers do not match the reference's

@@ -38,7 +38,7 @@ import multiprocessing as mp
 from ..core import Problem
 from .scratch import HostDeviceLock
 
-__all__ = ["warm_compile", "compile_threads", "stable_compile_cache_keys"]
+__all__ = ["warm_compile", "compile_threads", "available_cpus", "stable_compile_cache_keys"]
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +378,8 @@ def _gate_benchmarks(torch: Any, gate: Callable[[], Any]) -> Callable[[], None]:
             u()
     return undo_all
 
-def _available_cpus() -> int:
+
+def available_cpus() -> int:
     """The CPUs this process may run on (its affinity: the executor keeps the timing slots' cores apart)."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
@@ -446,7 +447,7 @@ def warm_compile(problems: list[Problem], *, precision: str, modes: list[str], n
         return res
     device = "cuda:0" if device_index is not None else "cpu"
     workers = min(workers, len(problems))  # a process per problem at most: the others would only take threads
-    threads = compile_threads(_available_cpus(), workers)
+    threads = compile_threads(available_cpus(), workers)
     given = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "")  # the user's own setting is kept (_init)
     res["_compile_threads"] = int(given) if given.isdigit() else threads
     ctx = mp.get_context("spawn")
