@@ -105,6 +105,8 @@ def main() -> int:
     ap.add_argument("--problem", default=None, help="a KernelBench problem file (default: a small Linear)")
     ap.add_argument("--phase", choices=["warm", "slot"], default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.problem and not Path(a.problem).is_file():
+        ap.error(f"no such problem file: {a.problem} (a KernelBench problem, e.g. level3/16_DenseNet201.py)")
     if a.phase:
         print(json.dumps(phase(a.phase, a.problem)), flush=True)
         return 0

@@ -20,13 +20,19 @@ def main() -> int:
     ap.add_argument("problem")
     ap.add_argument("--shape", default=None, help="one input's shape instead of get_inputs() (e.g. 1,3,64,64)")
     a = ap.parse_args()
+    if not os.path.isfile(a.problem):
+        ap.error(f"no such problem file: {a.problem} (a KernelBench problem, e.g. level3/16_DenseNet201.py)")
+    try:
+        shape = [int(x) for x in a.shape.split(",")] if a.shape else None
+    except ValueError:
+        ap.error(f"--shape {a.shape!r}: give sizes separated by commas, e.g. 1,3,64,64")
     import torch
 
     spec = importlib.util.spec_from_file_location("probe_problem", a.problem)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     model = mod.Model(*mod.get_init_inputs()).eval()
-    args = [torch.rand(*[int(x) for x in a.shape.split(",")])] if a.shape else list(mod.get_inputs())
+    args = [torch.rand(*shape)] if shape else list(mod.get_inputs())
     t0 = time.perf_counter()
     with torch.no_grad():
         torch.compile(model)(*args)

@@ -40,7 +40,13 @@ def main() -> int:
     ap.add_argument("logs", nargs="+", type=Path)
     ap.add_argument("--n", default="25,50,100,150,168,200,229")
     a = ap.parse_args()
-    ns = [int(x) for x in a.n.split(",")]
+    try:
+        ns = [int(x) for x in a.n.split(",")]
+    except ValueError:
+        ap.error(f"--n {a.n!r}: give result counts separated by commas, e.g. 100,200,248")
+    missing = [str(p) for p in a.logs if not p.is_file()]
+    if missing:
+        ap.error(f"no such log: {', '.join(missing)} (the run's progress log, e.g. sweep-cached-TAG.log)")
     for path in a.logs:
         pts = points(path)
         if not pts:
