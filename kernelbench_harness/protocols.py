@@ -42,7 +42,8 @@ PROTOCOL_NAMES = ("kbench", "kernelbench", "cuda-agent")
 # protocol that lacks them did; left out of the fingerprints while they hold that value (so older
 # stores keep their keys)
 _ADDED_LATER: dict[str, Any] = {"warmup_ms": 0.0, "min_time_s": 0.0, "input_device": "cpu", "placements": 1,
-                                "hide_launch": False, "hide_launch_max_ms": 0.5, "ablate_kernels": False}
+                                "hide_launch": False, "hide_launch_max_ms": 0.5, "ablate_kernels": False,
+                                "weights_device": "cpu"}
 _ADDED_LATER_TIMING = ("warmup_ms", "min_time_s", "placements", "hide_launch", "hide_launch_max_ms")  # the ones that change a baseline's time
 
 
@@ -125,6 +126,14 @@ class Protocol:
             instead of seconds for the multi-GB inputs of current KernelBench level 1; a
             ``get_inputs`` that fails there is drawn on the CPU). Either way every candidate gets
             the same values from the trusted side.
+        weights_device: where the reference model (and the candidate's ``ModelNew``, in its own
+            process) is built under the weights' seed: ``cpu`` (``Model(*get_init_inputs())`` on the
+            host, then moved to the device: KernelBench's and CUDA Agent's way) or ``device`` (built
+            inside ``torch.device(<the run's GPU>)``, so its parameters are drawn by the GPU's
+            generator: PyTorch draws them on the host in one thread, about 25 s for the 2.1 billion
+            weights of KernelBench's L3/2 on an H200's host). Both sides build the same way, so a
+            ``ModelNew`` laid out as ``Model`` gets the same values either way; a reference that
+            cannot be built on the device is built on the host, and the candidate is told so.
         alternate_rounds: when a job measures baselines, time the candidate, eager and each
             torch.compile mode in this many interleaved blocks (candidate, eager, compile, candidate,
             ...; each block gets ``1/alternate_rounds`` of the trials and the time budget) and pool each
@@ -189,6 +198,7 @@ class Protocol:
     hide_launch: bool = True
     hide_launch_max_ms: float = 0.5
     input_device: str = "device"
+    weights_device: str = "device"
     alternate_rounds: int = 1
     candidate_no_grad: bool = True
     reference_no_grad: bool = True
@@ -305,6 +315,7 @@ _BASE: dict[str, Protocol] = {
         placements=1,
         hide_launch=False,  # KernelBench's events enclose the host's launch latency
         input_device="cpu",  # get_inputs() on the CPU, as KernelBench does
+        weights_device="cpu",  # Model(*get_init_inputs()) on the CPU, then moved, as KernelBench does
         alternate_rounds=1,
         candidate_no_grad=False,
         reference_no_grad=True,
@@ -338,6 +349,7 @@ _BASE: dict[str, Protocol] = {
         placements=1,
         hide_launch=False,
         input_device="cpu",
+        weights_device="cpu",
         alternate_rounds=1,
         candidate_no_grad=True,
         recheck_after_timing=False,
@@ -353,6 +365,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "timer": ("cuda_events", "profiler", "wall"), "l2_flush": ("device", "fixed", "none"),
     "judge": ("fp64-bound", "allclose"), "weights": ("state_dict", "reseed"), "nan_policy": ("match", "fail"),
     "seed_policy": ("secret", "fixed"), "statistic": ("median", "mean"), "input_device": ("device", "cpu"),
+    "weights_device": ("device", "cpu"),
     "compile_mode": tuple(COMPILE_MODES),
 }
 # the range of a numeric setting, (least, most or None) (counts, times and sizes are never negative)

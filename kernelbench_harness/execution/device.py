@@ -189,6 +189,25 @@ def _check_fresh_twin(ref: list[Any], out64: list[Any], dtype: torch.dtype) -> N
             raise RuntimeError(f"the float64 twin built anew gives another output {i} than the reference")
 
 
+def host_module_copy(model: Any) -> Any:
+    """A deep copy of ``model`` whose parameters and buffers are host (CPU) copies of its own, made without a
+    second copy on the device: each tensor is copied to the host first and handed to ``copy.deepcopy``'s memo,
+    so a parameter shared by two submodules stays one parameter. Parameters stay ``nn.Parameter`` with their
+    ``requires_grad``. Other tensors the model holds as plain attributes are deep-copied where they are.
+    Anything other than a ``torch.nn.Module`` is deep-copied as it is.
+    """
+    if not isinstance(model, torch.nn.Module):
+        return copy.deepcopy(model)
+    memo: dict[int, Any] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        if id(t) in memo:
+            continue
+        host = t.detach().to("cpu", copy=True)
+        memo[id(t)] = torch.nn.Parameter(host, requires_grad=t.requires_grad) \
+            if isinstance(t, torch.nn.Parameter) else host
+    return copy.deepcopy(model, memo)
+
+
 def _device_oom(e: BaseException) -> bool:
     """Whether ``e`` is the device running out of memory: ``torch.OutOfMemoryError``, or a CUDA error the
     driver reports as out of memory (``cudaErrorMemoryAllocation`` through ``torch.AcceleratorError``)."""
@@ -622,17 +641,33 @@ class ProblemContext:
             seeds = [_derive_seed(run_seed, problem.code_sha256, "inputs", i) for i in range(n_sets)]
             self.weights_seed = _derive_seed(run_seed, problem.code_sha256, "weights")
         self.seeds = seeds
-        with off_device():  # the model is built on the host (KernelBench's references are), seconds for large ones
+        with off_device():
             try:
                 init = list(mod.get_init_inputs())
-                self.init_inputs = init
-                torch.manual_seed(self.weights_seed)
-                model = mod.Model(*init)
             except Exception as e:
                 raise ReferenceError_(f"Model(*get_init_inputs()) fails: {type(e).__name__}: {e}") from None
-            self.cpu_state = {k: v.detach().clone() for k, v in model.state_dict().items()} \
-                if isinstance(model, torch.nn.Module) else {}
-            self.model_cpu = copy.deepcopy(model)
+            self.init_inputs = init
+        # protocol.weights_device: built inside torch.device(<GPU>), the weights are drawn by the GPU's generator
+        # in milliseconds, as device work under the slot's hold; on the host (KernelBench's references are),
+        # by the host's generator in one thread: seconds for large models (about 25 s for L3/2)
+        model = self._model_on_device(mod, init, device) \
+            if getattr(protocol, "weights_device", "cpu") == "device" and device.type == "cuda" else None
+        #: where the reference's weights were drawn ("device" or "cpu"); the candidate's ModelNew is built there too
+        self.weights_drawn_on = "cpu" if model is None else "device"
+        if model is None:
+            with off_device():  # seconds for large models: host work
+                try:
+                    torch.manual_seed(self.weights_seed)
+                    model = mod.Model(*init)
+                except Exception as e:
+                    raise ReferenceError_(f"Model(*get_init_inputs()) fails: {type(e).__name__}: {e}") from None
+                self.cpu_state = {k: v.detach().clone() for k, v in model.state_dict().items()} \
+                    if isinstance(model, torch.nn.Module) else {}
+                self.model_cpu = copy.deepcopy(model)
+        else:
+            self.model_cpu = host_module_copy(model)  # copied from the device: under the hold
+            self.cpu_state = {k: v.detach() for k, v in self.model_cpu.state_dict().items()} \
+                if isinstance(self.model_cpu, torch.nn.Module) else {}
         model = model.to(device)
         if self.dtype != torch.float32:
             model = model.to(self.dtype)
@@ -904,6 +939,24 @@ class ProblemContext:
             self._sets_enc = enc
         return self._sets_enc
 
+    def _model_on_device(self, mod: types.ModuleType, init: list[Any], device: torch.device) -> Any:
+        """``mod.Model(*init)`` built inside ``torch.device(device)`` under the weights' seed, or None where that
+        raises (the caller builds it on the host then; the device's memory a failed build took is handed back).
+        ``init`` is not touched: the build gets a deep copy."""
+        try:
+            args = copy.deepcopy(init)
+            torch.manual_seed(self.weights_seed)
+            with torch.device(device):
+                return mod.Model(*args)
+        except Exception as e:  # noqa: BLE001 - any failure: the host's build decides, with its own error
+            log.info("%s: the reference cannot be built on %s (%s: %s); building it on the host",
+                     self.problem.key, device, type(e).__name__, str(e)[:200])
+            del e
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            return None
+
     def _model64(self, off_device: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
                  fresh: bool = False) -> Any:
         """A float64 copy of the reference model on the device (weights as first initialised): each floating
@@ -928,14 +981,19 @@ class ProblemContext:
 
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device, torch.float64) if t.is_floating_point() else t.to(device)
-        with off_device():  # the host copy (seconds for a model of several GiB) does no device work
+        # the host copy (seconds for a model of several GiB) does no device work; a twin built anew where the
+        # reference was (protocol.weights_device) draws what its __init__ draws beyond the weights from the
+        # same generator: built on the device, that is device work, under the hold
+        on_device = fresh and getattr(self, "weights_drawn_on", "cpu") == "device"
+        with contextlib.nullcontext() if on_device else off_device():
             if not fresh:
                 twin = copy.deepcopy(self.model_cpu)
             else:
                 # manual_seed reseeds every device's generator too: this device's is put back with the host's
                 with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
                     torch.manual_seed(self.weights_seed)
-                    twin = self.module.Model(*copy.deepcopy(self.init_inputs))
+                    with torch.device(device) if on_device else contextlib.nullcontext():
+                        twin = self.module.Model(*copy.deepcopy(self.init_inputs))
                 have = dict(self.model_cpu.named_parameters())
                 have.update(self.model_cpu.named_buffers())
                 want = dict(twin.named_parameters())
@@ -968,7 +1026,7 @@ class ProblemContext:
         (None: unlimited), and the forward's measured temporaries beyond its outputs (``reference_temp_bytes``,
         ``reference64_temp_bytes`` for the float64 twin; 0 where not measured), and the device bytes of the
         reference's weights (``reference_weight_bytes``) and of its float64 twin's (``reference64_weight_bytes``)."""
-        return {"inputs_drawn_on": self.inputs_drawn_on,
+        return {"inputs_drawn_on": self.inputs_drawn_on, "weights_drawn_on": getattr(self, "weights_drawn_on", "cpu"),
                 "reference_mode": "lazy" if self.lazy_refs else "stored",
                 "reference_estimate_bytes": self.ref_estimate_bytes,
                 "reference_budget_bytes": self.ref_budget_bytes,
@@ -992,6 +1050,7 @@ class ProblemContext:
             "init_inputs": self.init_enc,
             "state_dict": self.state_enc,
             "weights_seed": self.weights_seed,
+            "weights_device": getattr(self, "weights_drawn_on", "cpu"),
             "n_correct": self.n_correct,
             "timing_sets": self.timing_sets,
             "out_nbytes": self.out_nbytes,

@@ -584,9 +584,28 @@ class _Job:
 
     def construct(self, mod: types.ModuleType) -> None:
         t0 = _perf_counter()
-        init = decode_value(self.job["init_inputs"], self.inputs_dir)
-        torch.manual_seed(int(self.job["weights_seed"]))
-        model = mod.ModelNew(*init)
+        seed = int(self.job["weights_seed"])
+        # built where the trusted side built the reference (protocol.weights_device): inside torch.device(<GPU>)
+        # the weights are drawn by the GPU's generator, as the reference's were, so a ModelNew laid out as Model
+        # gets the same values; one that cannot be built there is built on the host (its weights that the
+        # state_dict does not carry then differ from the reference's, as they would with another layout)
+        built_on, device_error = "cpu", None
+        model = None
+        if self.job.get("weights_device") == "device" and self.device.type == "cuda":
+            init = decode_value(self.job["init_inputs"], self.inputs_dir)
+            torch.manual_seed(seed)
+            try:
+                with torch.device(self.device):
+                    model = mod.ModelNew(*init)
+                built_on = "device"
+            except Exception as e:  # noqa: BLE001 - built again on the host below, whose error is the verdict's
+                device_error = f"{type(e).__name__}: {e}"[:300]
+                model = None
+                torch.cuda.empty_cache()
+        if model is None:
+            init = decode_value(self.job["init_inputs"], self.inputs_dir)
+            torch.manual_seed(seed)
+            model = mod.ModelNew(*init)
         transferred, skipped = 0, []
         if self.job.get("state_dict") is not None and _isinstance(model, torch.nn.Module):
             own = model.state_dict()
@@ -607,7 +626,8 @@ class _Job:
                 model = model.to(self.precision)
         self.model = model
         self.phase_s["construct"] = _perf_counter() - t0
-        self.weights_info = {"transferred": transferred, "skipped": skipped[:20], "n_skipped": len(skipped)}
+        self.weights_info = {"transferred": transferred, "skipped": skipped[:20], "n_skipped": len(skipped),
+                             "built_on": built_on, **({"device_build_error": device_error} if device_error else {})}
 
     def call(self, args: list[Any]) -> Any:
         # correctness calls always run under no_grad (KernelBench's run_and_check_correctness does);

@@ -182,6 +182,8 @@ def main() -> int:
     ap.add_argument("--only-correct-in", default=None, metavar="RUN[,RUN...]",
                     help="only the problems with a correct result in one of these runs of --db (a cached run over "
                          "what the cold runs finished, across levels)")
+    ap.add_argument("-P", "--protocol-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed to kbench run as -P KEY=VALUE (e.g. weights_device=cpu for a control run)")
     a = ap.parse_args()
     lo, _, hi = a.levels.partition("-")
     levels = list(range(int(lo), int(hi or lo) + 1))
@@ -214,6 +216,8 @@ def main() -> int:
                    "--db", str(a.db), "--display", "plain", "--no-report"]
             if a.gpus:
                 cmd += ["--gpus", a.gpus]
+            for opt in a.protocol_option:
+                cmd += ["-P", opt]
             if a.ids:
                 cmd += ["--ids", a.ids]
             elif a.limit:

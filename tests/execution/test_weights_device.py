@@ -1,0 +1,124 @@
+"""Where the reference model and the candidate's ``ModelNew`` are built (``Protocol.weights_device``).
+
+PyTorch draws a model's weights on the host in one thread: KernelBench's L3/2 (2.1 billion weights) took
+about 25 s to set up and its candidate about 20 s to construct on an H200's host, on the critical path of a
+sweep. The ``kbench`` protocol builds both inside ``torch.device(<GPU>)``; KernelBench's and CUDA Agent's
+protocols keep the host's build. No GPU here: a ``meta`` device stands in for it (a tensor made there proves
+where the build ran), and the host copy is checked on CPU tensors.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelbench_harness.core import Problem
+from kernelbench_harness.errors import ConfigError
+from kernelbench_harness.execution.device import ProblemContext, host_module_copy
+from kernelbench_harness.protocols import Protocol, get_protocol
+
+MLP = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, sizes):
+        super().__init__()
+        self.a = nn.Linear(sizes[0], sizes[1])
+        self.b = nn.Linear(sizes[1], sizes[0])
+        sizes.append(-1)  # a reference that changes its argument: the host's build after a failed one must not see it
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+def get_inputs():
+    return [torch.rand(2, 8)]
+
+def get_init_inputs():
+    return [[8, 16]]
+"""
+
+
+def _module(src: str) -> types.ModuleType:
+    mod = types.ModuleType("problem")
+    exec(src, mod.__dict__)
+    return mod
+
+
+def _ctx_like(seed: int = 7) -> types.SimpleNamespace:
+    return types.SimpleNamespace(weights_seed=seed, problem=types.SimpleNamespace(key="L9/1"))
+
+
+def test_kbench_builds_on_the_device_the_reproductions_on_the_host_and_old_stores_on_the_host() -> None:
+    assert get_protocol("kbench").weights_device == "device"
+    assert get_protocol("kernelbench").weights_device == "cpu" and get_protocol("cuda-agent").weights_device == "cpu"
+    old = get_protocol("kbench").to_dict()
+    del old["weights_device"]
+    back = Protocol.from_dict(old)
+    assert back.weights_device == "cpu"  # a run stored before the setting keeps building on the host on resume
+    assert back.fingerprint() != get_protocol("kbench").fingerprint()
+    # the reproductions keep the keys their stored runs have
+    for name in ("kernelbench", "cuda-agent"):
+        d = get_protocol(name).to_dict()
+        del d["weights_device"]
+        assert Protocol.from_dict(d).fingerprint() == get_protocol(name).fingerprint()
+    # where the weights are drawn does not change a baseline's key: stored baselines stay usable
+    assert get_protocol("kbench", weights_device="cpu").timing_fingerprint() == get_protocol("kbench").timing_fingerprint()
+    with pytest.raises(ConfigError, match="weights_device"):
+        get_protocol("kbench", weights_device="gpu")
+
+
+def test_the_device_build_runs_inside_the_device_under_the_weights_seed_on_a_copy_of_the_arguments() -> None:
+    mod = _module(MLP)
+    init = list(mod.get_init_inputs())
+    model = ProblemContext._model_on_device(_ctx_like(), mod, init, torch.device("meta"))
+    assert model is not None
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert init == [[8, 16]]  # the build changed its own copy
+    # the same seed on the host's stand-in device draws what the host's build draws
+    on_cpu = ProblemContext._model_on_device(_ctx_like(), mod, list(mod.get_init_inputs()), torch.device("cpu"))
+    torch.manual_seed(7)
+    host = mod.Model([8, 16])
+    assert all(torch.equal(a, b) for a, b in zip(on_cpu.state_dict().values(), host.state_dict().values()))
+
+
+def test_a_reference_that_cannot_be_built_on_the_device_is_left_to_the_hosts_build() -> None:
+    src = MLP.replace("sizes.append(-1)", "self.k = int(torch.randn(1).abs().ceil().item())")  # .item() fails on meta
+    mod = _module(src)
+    assert ProblemContext._model_on_device(_ctx_like(), mod, [[8, 16]], torch.device("meta")) is None
+
+
+def test_the_host_copy_keeps_parameters_ties_and_buffers_in_new_memory() -> None:
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+            self.out = torch.nn.Linear(4, 10, bias=False)
+            self.out.weight = self.emb.weight  # one parameter in two submodules
+            self.frozen = torch.nn.Parameter(torch.ones(3), requires_grad=False)
+            self.register_buffer("running", torch.arange(5.0))
+
+    m = Tied()
+    c = host_module_copy(m)
+    assert c.out.weight is c.emb.weight  # still tied: one parameter
+    assert isinstance(c.frozen, torch.nn.Parameter) and not c.frozen.requires_grad
+    assert isinstance(c.emb.weight, torch.nn.Parameter) and c.emb.weight.requires_grad
+    for (n1, a), (n2, b) in zip(m.state_dict().items(), c.state_dict().items()):
+        assert n1 == n2 and torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+    with torch.no_grad():
+        c.running.add_(1)
+    assert torch.equal(m.running, torch.arange(5.0))  # the copy is the copy's
+
+
+def test_on_a_cpu_device_the_weights_are_drawn_on_the_host_and_the_candidate_is_told_so(tmp_path: Path) -> None:
+    problem = Problem(3, 9911, "MLP_test", MLP)
+    ctx = ProblemContext(problem, get_protocol("kbench"), 3, torch.device("cpu"), tmp_path)
+    try:
+        assert ctx.weights_drawn_on == "cpu"
+        assert ctx.job_fields()["weights_device"] == "cpu"
+        assert ctx.reference_info()["weights_drawn_on"] == "cpu"
+    finally:
+        ctx.free()
