@@ -13,8 +13,9 @@ export PYTHONPATH=/tmp/site:$PWD
 cp .gpu/sweep.db results/wd.db && chmod u+w results/wd.db
 IDS=${IDS:-2,11,44}
 for v in device cpu; do
-  timeout $(( ${T_RUN:-75} + 40 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" --db results/wd.db \
-    --levels 3 --ids "$IDS" --phase cached --tag wd-$v --gpus 0,0,0,0,0,0 -P weights_device=$v --budget-s ${T_RUN:-75} \
+  t=${T_RUN:-75}; [ $v = cpu ] && t=${T_CPU:-$t}
+  timeout $(( t + 40 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" --db results/wd.db \
+    --levels 3 --ids "$IDS" --phase cached --tag wd-$v --gpus 0,0,0,0,0,0 -P weights_device=$v --budget-s $t \
     > "$OUT/driver_$v.log" 2>&1
   tail -2 "$OUT/driver_$v.log"
 done
