@@ -11,15 +11,8 @@ export PYTHONUNBUFFERED=1 KBENCH_SANDBOX_LAYERS=${KBENCH_SANDBOX_LAYERS:-netns,c
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 cp .gpu/sweep.db results/wd.db && chmod u+w results/wd.db
-IDS=${IDS:-2,11,44}
-for v in device cpu; do
-  t=${T_RUN:-75}; [ $v = cpu ] && t=${T_CPU:-$t}
-  timeout $(( t + 40 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" --db results/wd.db \
-    --levels 3 --ids "$IDS" --phase cached --tag wd-$v --gpus 0,0,0,0,0,0 -P weights_device=$v --budget-s $t \
-    > "$OUT/driver_$v.log" 2>&1
-  tail -2 "$OUT/driver_$v.log"
-done
-python3 - "$OUT" <<'PY' | tee "$OUT/weights_device.txt"
+summary() {
+python3 - <<'PY' | tee "$OUT/weights_device.txt"
 import json, sqlite3, sys
 c = sqlite3.connect("results/wd.db")
 q = ("select r.run_name, s.problem_id, x.outcome, x.phase_s, x.extra from results x join attempts a on a.id = x.attempt_pk "
@@ -32,4 +25,13 @@ for run, pid, outcome, ps, ex in c.execute(q):
           f"{w.get('built_on')} ({w.get('transferred')} transferred){' ' + w['device_build_error'] if w.get('device_build_error') else ''}"
           f"  flags {ex.get('problem_flags')}")
 PY
+}
+IDS=${IDS:-2,11,44}
+for v in device cpu; do
+  t=${T_RUN:-75}; [ $v = cpu ] && t=${T_CPU:-$t}
+  timeout $(( t + 40 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" --db results/wd.db \
+    --levels 3 --ids "$IDS" --phase cached --tag wd-$v --gpus 0,0,0,0,0,0 -P weights_device=$v --budget-s $t \
+    > "$OUT/driver_$v.log" 2>&1
+  tail -2 "$OUT/driver_$v.log"; summary
+done
 gzip -c results/wd.db > "$OUT/wd.db.gz"
