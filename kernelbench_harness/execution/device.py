@@ -743,13 +743,14 @@ class ProblemContext:
             self._sets_cpu = [None] * len(seeds)
             self._redraw_where = expect_where
         self.inputs_drawn_on = "device" if drawn == {"device"} else "cpu" if drawn == {"cpu"} else "mixed"
-        self.init_enc = encode_value(init, self.inputs_dir, "init_", [0])
         self.state_enc: dict[str, Any] | None = None
-        if protocol.weights == "state_dict" and self.cpu_state:
-            self.state_enc = {k: write_tensor(v, self.inputs_dir / f"w_{i}.bin")
-                              for i, (k, v) in enumerate(self.cpu_state.items())}
-        for f in self.inputs_dir.iterdir():
-            os.chmod(f, 0o444)
+        with off_device():  # the candidate's files of the weights (host copies: seconds for several GiB) are host work
+            self.init_enc = encode_value(init, self.inputs_dir, "init_", [0])
+            if protocol.weights == "state_dict" and self.cpu_state:
+                self.state_enc = {k: write_tensor(v, self.inputs_dir / f"w_{i}.bin")
+                                  for i, (k, v) in enumerate(self.cpu_state.items())}
+            for f in self.inputs_dir.iterdir():
+                os.chmod(f, 0o444)
         # reference outputs at the run's precision (and float64 for the fp64-bound judge): set 0's first;
         # then, unless storing every set's would cost more device memory than the budget allows, the
         # other sets'; then set 0's again: a second evaluation that differs (a random reference, or one

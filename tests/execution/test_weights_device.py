@@ -122,3 +122,37 @@ def test_on_a_cpu_device_the_weights_are_drawn_on_the_host_and_the_candidate_is_
         assert ctx.reference_info()["weights_drawn_on"] == "cpu"
     finally:
         ctx.free()
+
+
+def test_the_weights_files_for_the_candidate_are_written_with_the_hold_given_up(tmp_path: Path, monkeypatch) -> None:
+    """Writing the weights' files is host work (seconds for L3/2's 8.6 GB): another slot's timing window need not
+    wait for it."""
+    import contextlib
+
+    import kernelbench_harness.execution.device as dev
+
+    off: list[bool] = []
+
+    @contextlib.contextmanager
+    def stretch():
+        off.append(True)
+        try:
+            yield
+        finally:
+            off.pop()
+
+    seen: list[bool] = []
+    real = dev.write_tensor
+
+    def spy(t, path):
+        if Path(path).name.startswith("w_"):
+            seen.append(bool(off))
+        return real(t, path)
+
+    monkeypatch.setattr(dev, "write_tensor", spy)
+    ctx = ProblemContext(Problem(3, 9912, "MLP_test", MLP), get_protocol("kbench"), 3, torch.device("cpu"), tmp_path,
+                         host_stretch=stretch)
+    try:
+        assert len(seen) == 4 and all(seen)  # two Linear layers: two weights, two biases
+    finally:
+        ctx.free()
