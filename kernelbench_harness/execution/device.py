@@ -190,22 +190,39 @@ def _check_fresh_twin(ref: list[Any], out64: list[Any], dtype: torch.dtype) -> N
 
 
 def host_module_copy(model: Any) -> Any:
-    """A deep copy of ``model`` whose parameters and buffers are host (CPU) copies of its own, made without a
-    second copy on the device: each tensor is copied to the host first and handed to ``copy.deepcopy``'s memo,
-    so a parameter shared by two submodules stays one parameter. Parameters stay ``nn.Parameter`` with their
-    ``requires_grad``. Other tensors the model holds as plain attributes are deep-copied where they are.
-    Anything other than a ``torch.nn.Module`` is deep-copied as it is.
+    """A deep copy of ``model`` whose tensors are host (CPU) copies of its own, made without a second copy on
+    the device: each tensor is copied to the host first and handed to ``copy.deepcopy``'s memo, so a parameter
+    shared by two submodules stays one parameter. Covered: parameters (kept ``nn.Parameter``, with their
+    ``requires_grad``), buffers, and tensors a submodule holds as plain attributes, directly or in a list,
+    tuple or dict (KernelBench's L3/33 keeps its hidden state as ``self.hidden``). Anything other than a
+    ``torch.nn.Module`` is deep-copied as it is.
+
+    Raises:
+        Whatever copying a tensor raises (e.g. a lazy module's uninitialised parameter).
     """
     if not isinstance(model, torch.nn.Module):
         return copy.deepcopy(model)
     memo: dict[int, Any] = {}
-    for t in [*model.parameters(), *model.buffers()]:
-        if id(t) in memo:
-            continue
+
+    def add(t: Any) -> None:
+        if not isinstance(t, torch.Tensor) or id(t) in memo:
+            return
         host = t.detach().to("cpu", copy=True)
         memo[id(t)] = torch.nn.Parameter(host, requires_grad=t.requires_grad) \
             if isinstance(t, torch.nn.Parameter) else host
+
+    for t in [*model.parameters(), *model.buffers()]:
+        add(t)
+    for m in model.modules():
+        for v in vars(m).values():
+            for t in (v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else (v,)):
+                add(t)
     return copy.deepcopy(model, memo)
+
+
+def weights_on_device(protocol: Protocol, device: torch.device) -> bool:
+    """Whether the reference is built on ``device`` (``protocol.weights_device == "device"`` on a CUDA device)."""
+    return getattr(protocol, "weights_device", "cpu") == "device" and device.type == "cuda"
 
 
 def _device_oom(e: BaseException) -> bool:
@@ -650,22 +667,24 @@ class ProblemContext:
         # protocol.weights_device: built inside torch.device(<GPU>), the weights are drawn by the GPU's generator
         # in milliseconds, as device work under the slot's hold; on the host (KernelBench's references are),
         # by the host's generator in one thread: seconds for large models (about 25 s for L3/2)
-        model = self._model_on_device(mod, init, device) \
-            if getattr(protocol, "weights_device", "cpu") == "device" and device.type == "cuda" else None
+        model = self._model_on_device(mod, init, device) if weights_on_device(protocol, device) else None
         #: where the reference's weights were drawn ("device" or "cpu"); the candidate's ModelNew is built there too
         self.weights_drawn_on = "cpu" if model is None else "device"
         if model is None:
             with off_device():  # seconds for large models: host work
                 try:
                     torch.manual_seed(self.weights_seed)
-                    model = mod.Model(*init)
+                    model = mod.Model(*copy.deepcopy(init))  # the candidate gets get_init_inputs() as it returned it
                 except Exception as e:
                     raise ReferenceError_(f"Model(*get_init_inputs()) fails: {type(e).__name__}: {e}") from None
                 self.cpu_state = {k: v.detach().clone() for k, v in model.state_dict().items()} \
                     if isinstance(model, torch.nn.Module) else {}
                 self.model_cpu = copy.deepcopy(model)
         else:
-            self.model_cpu = host_module_copy(model)  # copied from the device: under the hold
+            try:
+                self.model_cpu = host_module_copy(model)  # copied from the device: under the hold
+            except Exception:  # noqa: BLE001 - a tensor that cannot be copied alone (a lazy module's): copy it whole
+                self.model_cpu = copy.deepcopy(model)
             self.cpu_state = {k: v.detach() for k, v in self.model_cpu.state_dict().items()} \
                 if isinstance(self.model_cpu, torch.nn.Module) else {}
         model = model.to(device)
@@ -943,20 +962,30 @@ class ProblemContext:
     def _model_on_device(self, mod: types.ModuleType, init: list[Any], device: torch.device) -> Any:
         """``mod.Model(*init)`` built inside ``torch.device(device)`` under the weights' seed, or None where that
         raises (the caller builds it on the host then; the device's memory a failed build took is handed back).
-        ``init`` is not touched: the build gets a deep copy."""
+        ``init`` is not touched: the build gets a deep copy.
+
+        Raises:
+            ReferenceError_: out of device memory (``oom``): a host build would meet it again when moved.
+        """
+        oom: str | None = None
         try:
             args = copy.deepcopy(init)
             torch.manual_seed(self.weights_seed)
             with torch.device(device):
                 return mod.Model(*args)
-        except Exception as e:  # noqa: BLE001 - any failure: the host's build decides, with its own error
-            log.info("%s: the reference cannot be built on %s (%s: %s); building it on the host",
-                     self.problem.key, device, type(e).__name__, str(e)[:200])
-            del e
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-            return None
+        except Exception as e:  # noqa: BLE001 - any other failure: the host's build decides, with its own error
+            if _device_oom(e):
+                oom = str(e)[:200]
+            else:
+                log.info("%s: the reference cannot be built on %s (%s: %s); building it on the host",
+                         self.problem.key, device, type(e).__name__, str(e)[:200])
+        gc.collect()  # the failed build's tensors (its traceback is gone)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        if oom is not None:  # the host's build would meet it again when moved; the slot may re-run it alone
+            raise ReferenceError_(f"out of device memory building Model(*get_init_inputs()) on {device}: {oom}",
+                                  oom=True)
+        return None
 
     def _model64(self, off_device: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
                  fresh: bool = False) -> Any:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
 import os
 import socket
 import sys
@@ -35,7 +36,7 @@ import time
 import traceback
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -322,6 +323,45 @@ def _device_peak_bytes() -> int | None:
     return None
 
 
+def build_model_new(mod: types.ModuleType, init_inputs: Callable[[], list[Any]], seed: int,
+                    device: torch.device | None) -> tuple[Any, str, str | None]:
+    """``mod.ModelNew(*init_inputs())`` under ``seed``: inside ``torch.device(device)`` where ``device`` is given
+    (``protocol.weights_device``: where the trusted side built the reference, so a ``ModelNew`` laid out as
+    ``Model`` draws the same values from that device's generator), else on the host.
+
+    A build that raises on the device is done again on the host, from fresh init inputs: its weights that the
+    ``state_dict`` does not carry then differ from the reference's, as they would with another layout. The
+    device's work is finished (synchronised) before this returns: what follows (the weights' files read) is
+    host work, during which the process may be stopped for another slot's timing window.
+
+    Returns:
+        ``(model, built_on, device_error)``: ``built_on`` is ``"device"`` or ``"cpu"``; ``device_error`` the
+        device build's error (type and message, 300 characters at most) where it fell back, else None.
+
+    Raises:
+        Whatever the host's build raises; and running out of device memory on the device, which a host build
+        followed by the move to the device would only meet again (the verdict is ``oom``).
+    """
+    device_error = None
+    if device is not None:
+        torch.manual_seed(seed)
+        try:
+            with torch.device(device):
+                model = mod.ModelNew(*init_inputs())
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return model, "device", None
+        except Exception as e:  # noqa: BLE001 - built again on the host below, whose error is the verdict's
+            if _classify_exception(e) == "oom":
+                raise
+            device_error = f"{type(e).__name__}: {e}"[:300]
+        if device.type == "cuda":  # the failed build's memory (its traceback is gone)
+            gc.collect()
+            torch.cuda.empty_cache()
+    torch.manual_seed(seed)
+    return mod.ModelNew(*init_inputs()), "cpu", device_error
+
+
 def _classify_exception(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}"
     if _isinstance(e, MemoryError) or "out of memory" in text.lower() or type(e).__name__ == "OutOfMemoryError":
@@ -584,28 +624,9 @@ class _Job:
 
     def construct(self, mod: types.ModuleType) -> None:
         t0 = _perf_counter()
-        seed = int(self.job["weights_seed"])
-        # built where the trusted side built the reference (protocol.weights_device): inside torch.device(<GPU>)
-        # the weights are drawn by the GPU's generator, as the reference's were, so a ModelNew laid out as Model
-        # gets the same values; one that cannot be built there is built on the host (its weights that the
-        # state_dict does not carry then differ from the reference's, as they would with another layout)
-        built_on, device_error = "cpu", None
-        model = None
-        if self.job.get("weights_device") == "device" and self.device.type == "cuda":
-            init = decode_value(self.job["init_inputs"], self.inputs_dir)
-            torch.manual_seed(seed)
-            try:
-                with torch.device(self.device):
-                    model = mod.ModelNew(*init)
-                built_on = "device"
-            except Exception as e:  # noqa: BLE001 - built again on the host below, whose error is the verdict's
-                device_error = f"{type(e).__name__}: {e}"[:300]
-                model = None
-                torch.cuda.empty_cache()
-        if model is None:
-            init = decode_value(self.job["init_inputs"], self.inputs_dir)
-            torch.manual_seed(seed)
-            model = mod.ModelNew(*init)
+        model, built_on, device_error = build_model_new(
+            mod, lambda: decode_value(self.job["init_inputs"], self.inputs_dir), int(self.job["weights_seed"]),
+            self.device if self.job.get("weights_device") == "device" and self.device.type == "cuda" else None)
         transferred, skipped = 0, []
         if self.job.get("state_dict") is not None and _isinstance(model, torch.nn.Module):
             own = model.state_dict()

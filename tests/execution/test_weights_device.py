@@ -156,3 +156,142 @@ def test_the_weights_files_for_the_candidate_are_written_with_the_hold_given_up(
         assert len(seen) == 4 and all(seen)  # two Linear layers: two weights, two biases
     finally:
         ctx.free()
+
+
+# -- the device path with its gate opened on the CPU (torch.device("cpu") stands in for the GPU) -------------
+
+CLOSURE = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.mlp = nn.ModuleDict(dict(fc=nn.Linear(n, n), proj=nn.Linear(n, n)))
+        m = self.mlp
+        self.mlpf = lambda x: m.proj(torch.tanh(m.fc(x)))  # L3/44's kind: a deep copy keeps the original's modules
+        self.hidden = torch.randn(n)  # L3/33's kind: a tensor held as a plain attribute
+
+    def forward(self, x):
+        return self.mlpf(x) + self.hidden
+
+def get_inputs():
+    return [torch.rand(4, 16)]
+
+def get_init_inputs():
+    return [16]
+"""
+
+
+def test_the_device_path_tells_the_candidate_keeps_a_separate_host_copy_and_a_float64_twin(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    import kernelbench_harness.execution.device as dev
+
+    copies: list[int] = []
+    real = dev.host_module_copy
+    monkeypatch.setattr(dev, "weights_on_device", lambda protocol, device: True)
+    monkeypatch.setattr(dev, "host_module_copy", lambda m: copies.append(1) or real(m))
+    ctx = ProblemContext(Problem(3, 9913, "Closure_test", CLOSURE), get_protocol("kbench"), 3, torch.device("cpu"),
+                         tmp_path)
+    try:
+        assert ctx.weights_drawn_on == "device" and ctx.job_fields()["weights_device"] == "device"
+        assert copies == [1]
+        for (n, a), b in zip(ctx.model.state_dict().items(), ctx.model_cpu.state_dict().values()):
+            assert torch.equal(a, b) and a.data_ptr() != b.data_ptr(), n  # the host copy is its own memory
+        assert ctx.model_cpu.hidden.data_ptr() != ctx.model.hidden.data_ptr()
+        # the twin built anew (the lambda defeats a deep copy) was built where the reference was and agreed with it
+        assert ctx.fp64_judge and "no-fp64-reference" not in ctx.flags, ctx.flags
+        assert torch.equal(ctx._m64.hidden, ctx.model.hidden)
+    finally:
+        ctx.free()
+
+
+def test_the_candidate_gets_the_init_inputs_get_init_inputs_returned_even_from_a_reference_that_changes_them(
+        tmp_path: Path) -> None:
+    from kernelbench_harness.execution.tensorio import decode_value
+
+    ctx = ProblemContext(Problem(3, 9914, "MLP_test", MLP), get_protocol("kbench"), 3, torch.device("cpu"), tmp_path)
+    try:
+        assert decode_value(ctx.job_fields()["init_inputs"], ctx.inputs_dir) == [[8, 16]]
+    finally:
+        ctx.free()
+
+
+def test_the_host_copy_copies_tensors_held_in_plain_attributes_lists_and_dicts(monkeypatch) -> None:
+    class Holder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            self.h0 = torch.ones(3)
+            self.states = [torch.zeros(2), 5]
+            self.table = {"a": torch.arange(4.0)}
+
+    m = Holder()
+    # each was copied to the host by .to("cpu", copy=True), not deep-copied where it was (on a GPU: a device copy)
+    moved: list[int] = []
+    real_to = torch.Tensor.to
+
+    def to(self, *a, **k):
+        if a[:1] == ("cpu",) and k.get("copy"):
+            moved.append(self.data_ptr())
+        return real_to(self, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    c = host_module_copy(m)
+    monkeypatch.undo()
+    for a, b in ((m.h0, c.h0), (m.states[0], c.states[0]), (m.table["a"], c.table["a"])):
+        assert a.data_ptr() in moved and torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+    assert c.states[1] == 5
+
+
+# -- the candidate's side (worker.build_model_new) ------------------------------------------------------------
+
+CANDIDATE = """
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n, mode="ok"):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        if torch.empty(0).device.type == "meta":
+            if mode == "host-only":
+                torch.randn(8, device="cpu")  # draws from the host's generator before it fails
+                int(torch.randn(1).item())  # fails on meta
+            elif mode == "oom":
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
+"""
+
+
+def test_the_candidate_is_built_inside_the_device_it_is_told() -> None:
+    from kernelbench_harness.execution.worker import build_model_new
+
+    mod = _module(CANDIDATE)
+    model, where, err = build_model_new(mod, lambda: [4], 7, torch.device("meta"))
+    assert where == "device" and err is None and model.lin.weight.device.type == "meta"
+    model, where, err = build_model_new(mod, lambda: [4], 7, None)
+    torch.manual_seed(7)
+    assert where == "cpu" and torch.equal(model.lin.weight, torch.nn.Linear(4, 4).weight)
+
+
+def test_a_candidate_that_fails_on_the_device_is_built_on_the_host_from_fresh_init_inputs() -> None:
+    from kernelbench_harness.execution.worker import build_model_new
+
+    calls: list[int] = []
+
+    def init() -> list:
+        calls.append(1)
+        return [4, "host-only"]
+
+    model, where, err = build_model_new(_module(CANDIDATE), init, 7, torch.device("meta"))
+    assert where == "cpu" and model.lin.weight.device.type == "cpu" and err  # the device's error is kept
+    assert len(calls) == 2
+    torch.manual_seed(7)
+    assert torch.equal(model.lin.weight, torch.nn.Linear(4, 4).weight)  # reseeded before the host's build
+
+
+def test_a_candidate_out_of_device_memory_is_not_built_again_on_the_host() -> None:
+    from kernelbench_harness.execution.worker import build_model_new
+
+    with pytest.raises(torch.OutOfMemoryError):
+        build_model_new(_module(CANDIDATE), lambda: [4, "oom"], 7, torch.device("meta"))
