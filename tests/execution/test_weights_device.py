@@ -20,6 +20,8 @@ from kernelbench_harness.errors import ConfigError
 from kernelbench_harness.execution.device import ProblemContext, host_module_copy
 from kernelbench_harness.protocols import Protocol, get_protocol
 
+from .test_memory_accounting import CLOSURE as _CLOSURE
+
 MLP = """
 import torch
 import torch.nn as nn
@@ -160,27 +162,13 @@ def test_the_weights_files_for_the_candidate_are_written_with_the_hold_given_up(
 
 # -- the device path with its gate opened on the CPU (torch.device("cpu") stands in for the GPU) -------------
 
-CLOSURE = """
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.mlp = nn.ModuleDict(dict(fc=nn.Linear(n, n), proj=nn.Linear(n, n)))
-        m = self.mlp
-        self.mlpf = lambda x: m.proj(torch.tanh(m.fc(x)))  # L3/44's kind: a deep copy keeps the original's modules
-        self.hidden = torch.randn(n)  # L3/33's kind: a tensor held as a plain attribute
-
-    def forward(self, x):
-        return self.mlpf(x) + self.hidden
-
-def get_inputs():
-    return [torch.rand(4, 16)]
-
-def get_init_inputs():
-    return [16]
-"""
+# test_memory_accounting's L3/44 kind (a lambda closing over its MLP defeats a deep copy), with L3/33's kind added:
+# a tensor held as a plain attribute
+CLOSURE = _CLOSURE.replace(
+    "        self.register_buffer(\"shift\", torch.full((n,), 0.5), persistent=False)",
+    "        self.register_buffer(\"shift\", torch.full((n,), 0.5), persistent=False)\n        self.hidden = torch.randn(n)",
+).replace("return self.mlpf(x) + self.shift", "return self.mlpf(x) + self.shift + self.hidden")
+assert "self.hidden" in CLOSURE and "+ self.hidden" in CLOSURE
 
 
 def test_the_device_path_tells_the_candidate_keeps_a_separate_host_copy_and_a_float64_twin(tmp_path: Path,
