@@ -132,8 +132,9 @@ class Protocol:
             inside ``torch.device(<the run's GPU>)``, so its parameters are drawn by the GPU's
             generator: PyTorch draws them on the host in one thread, about 25 s for the 2.1 billion
             weights of KernelBench's L3/2 on an H200's host). Both sides build the same way, so a
-            ``ModelNew`` laid out as ``Model`` gets the same values either way; a reference that
-            cannot be built on the device is built on the host, and the candidate is told so.
+            ``ModelNew`` laid out as ``Model`` gets the same values either way (on the device they
+            also depend on the GPU model: PyTorch sizes its random kernels by the SM count); a reference
+            that cannot be built on the device is built on the host, and the candidate is told so.
         alternate_rounds: when a job measures baselines, time the candidate, eager and each
             torch.compile mode in this many interleaved blocks (candidate, eager, compile, candidate,
             ...; each block gets ``1/alternate_rounds`` of the trials and the time budget) and pool each
