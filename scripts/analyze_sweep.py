@@ -202,10 +202,11 @@ def large_jobs(atts: list[Any]) -> None:
             continue
         end = at.created_at.timestamp()
         start = end - float(p["total"]) + float(p.get("memory_wait", 0.0))
-        iv.append((start, end, float(p.get("yield_wait", 0.0)), float(p.get("compare", 0.0))))
+        iv.append((start, end, float(p.get("yield_wait", 0.0)), float(p.get("compare", 0.0)),
+                   f"L{at.level}/{at.problem_id}", float(p.get("reference", 0.0)), float(p.get("construct", 0.0))))
     if not iv:
         return
-    active = [e - s for s, e, _y, _c in iv]
+    active = [e - s for s, e, *_ in iv]
     t0, t1 = min(s for s, *_ in iv), max(e for _s, e, *_ in iv)
     # the span cut at every start and end: how many large jobs were active in each piece
     cuts = sorted({t for s, e, *_ in iv for t in (s, e)})
@@ -215,9 +216,13 @@ def large_jobs(atts: list[Any]) -> None:
         share[min(n, 2)] += b - a
     span = max(t1 - t0, 1e-9)
     print(f"   large jobs (claim > {LARGE_CLAIM:.0%} of the device): {len(iv)}, active {sum(active):.1f} s "
-          f"(mean {statistics.mean(active):.2f} s: other slots' windows {statistics.mean(y for *_, y, _c in iv):.2f} s, "
-          f"comparisons {statistics.mean(c for *_, c in iv):.2f} s); over their span of {span:.1f} s, none active "
+          f"(mean {statistics.mean(active):.2f} s: other slots' windows {statistics.mean(x[2] for x in iv):.2f} s, "
+          f"comparisons {statistics.mean(x[3] for x in iv):.2f} s); over their span of {span:.1f} s, none active "
           f"{share[0] / span:.0%}, one {share[1] / span:.0%}, two or more {share[2] / span:.0%}")
+    # the chain's longest links, with the host work in them (the reference's set-up, the candidate's construction)
+    longest = sorted(iv, key=lambda x: x[0] - x[1])[:3]
+    print("     longest: " + "; ".join(f"{k} {e - s:.1f} s (windows {y:.1f}, reference {r:.1f}, construct {c:.1f})"
+                                       for s, e, y, _cmp, k, r, c in longest))
 
 
 if __name__ == "__main__":
