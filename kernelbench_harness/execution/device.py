@@ -211,9 +211,7 @@ def host_module_copy(model: Any) -> Any:
         memo[id(t)] = torch.nn.Parameter(host, requires_grad=t.requires_grad) \
             if isinstance(t, torch.nn.Parameter) else host
 
-    for t in [*model.parameters(), *model.buffers()]:
-        add(t)
-    for m in model.modules():
+    for m in model.modules():  # its attributes: _parameters and _buffers (dicts) and the plain ones
         for v in vars(m).values():
             for t in (v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else (v,)):
                 add(t)
@@ -222,7 +220,7 @@ def host_module_copy(model: Any) -> Any:
 
 def weights_on_device(protocol: Protocol, device: torch.device) -> bool:
     """Whether the reference is built on ``device`` (``protocol.weights_device == "device"`` on a CUDA device)."""
-    return getattr(protocol, "weights_device", "cpu") == "device" and device.type == "cuda"
+    return protocol.weights_device == "device" and device.type == "cuda"
 
 
 def _device_oom(e: BaseException) -> bool:
@@ -677,16 +675,16 @@ class ProblemContext:
                     model = mod.Model(*copy.deepcopy(init))  # the candidate gets get_init_inputs() as it returned it
                 except Exception as e:
                     raise ReferenceError_(f"Model(*get_init_inputs()) fails: {type(e).__name__}: {e}") from None
-                self.cpu_state = {k: v.detach().clone() for k, v in model.state_dict().items()} \
-                    if isinstance(model, torch.nn.Module) else {}
                 self.model_cpu = copy.deepcopy(model)
         else:
             try:
                 self.model_cpu = host_module_copy(model)  # copied from the device: under the hold
             except Exception:  # noqa: BLE001 - a tensor that cannot be copied alone (a lazy module's): copy it whole
                 self.model_cpu = copy.deepcopy(model)
-            self.cpu_state = {k: v.detach() for k, v in self.model_cpu.state_dict().items()} \
-                if isinstance(self.model_cpu, torch.nn.Module) else {}
+        # the weights as first initialised, for the candidate's files: the host copy's own tensors, which nothing
+        # changes (a clone of them was a second host copy of every weight: 8.6 GB for L3/2)
+        self.cpu_state = {k: v.detach() for k, v in self.model_cpu.state_dict().items()} \
+            if isinstance(self.model_cpu, torch.nn.Module) else {}
         model = model.to(device)
         if self.dtype != torch.float32:
             model = model.to(self.dtype)
@@ -1014,7 +1012,7 @@ class ProblemContext:
         # the host copy (seconds for a model of several GiB) does no device work; a twin built anew where the
         # reference was (protocol.weights_device) draws what its __init__ draws beyond the weights from the
         # same generator: built on the device, that is device work, under the hold
-        on_device = fresh and getattr(self, "weights_drawn_on", "cpu") == "device"
+        on_device = fresh and self.weights_drawn_on == "device"
         with contextlib.nullcontext() if on_device else off_device():
             if not fresh:
                 twin = copy.deepcopy(self.model_cpu)
@@ -1056,7 +1054,7 @@ class ProblemContext:
         (None: unlimited), and the forward's measured temporaries beyond its outputs (``reference_temp_bytes``,
         ``reference64_temp_bytes`` for the float64 twin; 0 where not measured), and the device bytes of the
         reference's weights (``reference_weight_bytes``) and of its float64 twin's (``reference64_weight_bytes``)."""
-        return {"inputs_drawn_on": self.inputs_drawn_on, "weights_drawn_on": getattr(self, "weights_drawn_on", "cpu"),
+        return {"inputs_drawn_on": self.inputs_drawn_on, "weights_drawn_on": self.weights_drawn_on,
                 "reference_mode": "lazy" if self.lazy_refs else "stored",
                 "reference_estimate_bytes": self.ref_estimate_bytes,
                 "reference_budget_bytes": self.ref_budget_bytes,
@@ -1080,7 +1078,7 @@ class ProblemContext:
             "init_inputs": self.init_enc,
             "state_dict": self.state_enc,
             "weights_seed": self.weights_seed,
-            "weights_device": getattr(self, "weights_drawn_on", "cpu"),
+            "weights_device": self.weights_drawn_on,
             "n_correct": self.n_correct,
             "timing_sets": self.timing_sets,
             "out_nbytes": self.out_nbytes,
