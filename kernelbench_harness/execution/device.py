@@ -200,6 +200,19 @@ def host_module_copy(model: Any) -> Any:
     Raises:
         Whatever copying a tensor raises (e.g. a lazy module's uninitialised parameter).
     """
+    return module_copy(model, lambda t: t.detach().to("cpu", copy=True), plain=True)
+
+
+def module_copy(model: Any, fn: Callable[[torch.Tensor], torch.Tensor], plain: bool = False) -> Any:
+    """A deep copy of ``model`` (a ``torch.nn.Module``; anything else is deep-copied as it is) whose parameters
+    and buffers are ``fn`` of its own, each made once and handed to ``copy.deepcopy``'s memo (a tensor shared
+    by two submodules stays one tensor; parameters stay ``nn.Parameter`` with their ``requires_grad``), so no
+    other copy of them is made. ``plain``: tensors a submodule holds as plain attributes (directly or in a
+    list, tuple or dict) too; without it they are deep-copied as they are, as ``Module._apply`` leaves them.
+
+    Raises:
+        Whatever ``fn`` raises.
+    """
     if not isinstance(model, torch.nn.Module):
         return copy.deepcopy(model)
     memo: dict[int, Any] = {}
@@ -207,12 +220,14 @@ def host_module_copy(model: Any) -> Any:
     def add(t: Any) -> None:
         if not isinstance(t, torch.Tensor) or id(t) in memo:
             return
-        host = t.detach().to("cpu", copy=True)
-        memo[id(t)] = torch.nn.Parameter(host, requires_grad=t.requires_grad) \
-            if isinstance(t, torch.nn.Parameter) else host
+        new = fn(t)
+        memo[id(t)] = torch.nn.Parameter(new, requires_grad=t.requires_grad) \
+            if isinstance(t, torch.nn.Parameter) else new
 
     for m in model.modules():  # its attributes: _parameters and _buffers (dicts) and the plain ones
-        for v in vars(m).values():
+        for name, v in vars(m).items():
+            if not plain and name not in ("_parameters", "_buffers"):
+                continue
             for t in (v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else (v,)):
                 add(t)
     return copy.deepcopy(model, memo)
@@ -988,10 +1003,12 @@ class ProblemContext:
     def _model64(self, off_device: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
                  fresh: bool = False) -> Any:
         """A float64 copy of the reference model on the device (weights as first initialised): each floating
-        tensor moved and cast in one step, one tensor at a time. Moved whole, then cast (``.to(device)
-        .double()``), the float32 copy stayed in this process's allocator cache beside the twin; cast whole on
-        the host first, the host held the float64 copy of every weight at once (16 GiB for L3/2). The values
-        are the same either way; complex tensors keep their dtype, as with ``.double()``.
+        tensor moved, then cast on the device, one tensor at a time, its float32 copy freed as soon as it is cast
+        (and the allocator's blocks handed back at the end). Moved whole, then cast (``.to(device).double()``),
+        the float32 copy stayed in this process's allocator cache beside the twin; cast whole on the host first,
+        the host held the float64 copy of every weight at once (16 GiB for L3/2); cast by the host tensor by
+        tensor on the way, the host cast every weight in one thread and the bus carried twice its bytes. The
+        values are the same every way; complex tensors keep their dtype, as with ``.double()``.
 
         ``fresh``: instead of a deep copy of the reference, a model built anew (``Model(*get_init_inputs())``,
         under the weights' seed; the host's and this device's generators left as they were) and given the
@@ -1008,30 +1025,39 @@ class ProblemContext:
         device = self.device
 
         def move(t: torch.Tensor) -> torch.Tensor:
-            return t.to(device, torch.float64) if t.is_floating_point() else t.to(device)
-        # the host copy (seconds for a model of several GiB) does no device work; a twin built anew where the
-        # reference was (protocol.weights_device) draws what its __init__ draws beyond the weights from the
-        # same generator: built on the device, that is device work, under the hold
-        on_device = fresh and self.weights_drawn_on == "device"
+            # cast on the device: a host tensor cast on its way (``.to(device, torch.float64)``) is cast by the
+            # host, in one thread, and crosses the bus at twice its size (17 GB for L3/2's weights). Each float32
+            # copy is freed as soon as it is cast; the same values either way
+            u = t.to(device)
+            return u.to(torch.float64) if u.is_floating_point() and u.dtype != torch.float64 else u
+        if not fresh:
+            # the host copy's parameters and buffers moved and cast one at a time, straight into a copy of its
+            # structure: device work, under the hold (a deep copy of the host copy first, then moved, copied every
+            # weight on the host once more: seconds for a model of several GiB)
+            twin = module_copy(self.model_cpu, move)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()  # the float32 copies' blocks
+            return twin
+        # a twin built anew where the reference was (protocol.weights_device) draws what its __init__ draws beyond
+        # the weights from the same generator: built on the device, that is device work, under the hold; on the
+        # host, host work
+        on_device = self.weights_drawn_on == "device"
         with contextlib.nullcontext() if on_device else off_device():
-            if not fresh:
-                twin = copy.deepcopy(self.model_cpu)
-            else:
-                # manual_seed reseeds every device's generator too: this device's is put back with the host's
-                with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
-                    torch.manual_seed(self.weights_seed)
-                    with torch.device(device) if on_device else contextlib.nullcontext():
-                        twin = self.module.Model(*copy.deepcopy(self.init_inputs))
-                have = dict(self.model_cpu.named_parameters())
-                have.update(self.model_cpu.named_buffers())
-                want = dict(twin.named_parameters())
-                want.update(twin.named_buffers())
-                if set(have) != set(want):
-                    raise RuntimeError("the model built anew has other parameters or buffers than the reference: "
-                                       f"{sorted(set(have) ^ set(want))[:5]}")
-                with torch.no_grad():
-                    for name, t in want.items():
-                        t.copy_(have[name])  # raises on a shape that differs
+            # manual_seed reseeds every device's generator too: this device's is put back with the host's
+            with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+                torch.manual_seed(self.weights_seed)
+                with torch.device(device) if on_device else contextlib.nullcontext():
+                    twin = self.module.Model(*copy.deepcopy(self.init_inputs))
+            have = dict(self.model_cpu.named_parameters())
+            have.update(self.model_cpu.named_buffers())
+            want = dict(twin.named_parameters())
+            want.update(twin.named_buffers())
+            if set(have) != set(want):
+                raise RuntimeError("the model built anew has other parameters or buffers than the reference: "
+                                   f"{sorted(set(have) ^ set(want))[:5]}")
+            with torch.no_grad():
+                for name, t in want.items():
+                    t.copy_(have[name])  # raises on a shape that differs
         return twin._apply(move)
 
     @staticmethod

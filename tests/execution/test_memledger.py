@@ -899,8 +899,10 @@ def test_the_lanes_reserve_lapses_ends_and_gives_way_to_a_job_that_needs_the_who
     a.release()
     assert b.try_claim([0.15]) is None and int(b.pending[0]) == 1  # fits beside the reserve: it waits
     b.release()
-    # the executor: no large job left on the device
+    # the executor: no large job left on the device (a's slot has left the lane)
+    a.lane = False
     MemoryLedger(a.claims, a.pending, a.lock.path, -1).end_lane()
+    a.lane = True
     assert b.reserve() == 0.0 and b.try_claim([0.15]) == pytest.approx(0.15)
     b.release()
     # a reserve nobody claims lapses
@@ -1101,3 +1103,132 @@ def test_a_large_jobs_claim_the_reserve_cannot_cover_ends_it_so_nothing_stalls(t
     assert a.try_claim([0.8]) is None and int(a.pending[0]) == 0  # and the large job waits behind it
     b.release()
     assert a.try_claim([0.8]) == pytest.approx(0.8)
+
+
+def test_pairs_in_the_lane_a_second_large_job_waits_politely_and_goes_next_from_the_firsts_reserve(tmp_path):
+    """KBENCH_LANE_PAIRS=1 (H200 session 23: the 50 large jobs ran one at a time for 87% of the sweep's chain): a
+    second lane job beside one that holds a claim runs where the memory left covers it; where it does not, it holds
+    no one back (no turnstile), leaves the first's reserve alone, and once the first is done draws on its reserve."""
+    first, second, small = _ledgers(3, tmp_path)
+    first.lane = True
+    assert first.try_claim([0.6]) == pytest.approx(0.6)
+    second.lane = True
+    assert second.lane_beside() and not first.lane_beside()  # (the second holds no claim yet)
+    assert second.try_claim([0.5]) is None  # does not fit beside the first
+    assert int(second.pending[0]) == -1  # ... and waits politely: not the turnstile's
+    assert small.try_claim([0.3]) == pytest.approx(0.3)  # so a small job still gets in (the turnstile would stop it)
+    assert second.try_claim([0.5]) is None
+    first.release()  # the first is done: its claim is the lane's reserve
+    first.lane = False
+    assert first.reserve() == pytest.approx(0.6)
+    assert not second.lane_beside()
+    assert small.try_claim([0.45]) is None  # (small jobs see the reserve as held)
+    small.release()
+    assert second.try_claim([0.5]) == pytest.approx(0.5)  # the lane's next job: from the reserve
+    assert second.reserve() == 0.0
+
+
+def test_a_second_lane_job_that_fits_beside_the_first_runs_at_once(tmp_path):
+    first, second = _ledgers(2, tmp_path)
+    first.lane = second.lane = True
+    assert first.try_claim([0.5]) == pytest.approx(0.5)
+    assert second.try_claim([0.45]) == pytest.approx(0.45)
+    assert first.others() == pytest.approx(0.45)
+
+
+def test_a_polite_second_lane_job_does_not_take_the_reserve_the_first_keeps_for_its_plan(tmp_path):
+    """The first's set-up claim keeps the rest of the reserve for its plan's claim: the second, beside it,
+    counts that reserve as held."""
+    prev, first, second = _ledgers(3, tmp_path)
+    prev.lane = True
+    assert prev.try_claim([0.7]) == pytest.approx(0.7)
+    prev.release()
+    prev.lane = False
+    first.lane = True
+    assert first.try_claim([0.2], keep_reserve=True) == pytest.approx(0.2)  # its set-up's claim
+    assert first.reserve() == pytest.approx(0.5)
+    second.lane = True
+    assert second.try_claim([0.4]) is None  # 0.8 free but for the reserve, which is the first's
+    assert first.reserve() == pytest.approx(0.5) and int(second.pending[0]) == -1
+    assert second.try_claim([0.3]) == pytest.approx(0.3)  # what is free beside the reserve
+    assert first.reserve() == pytest.approx(0.5)
+
+
+def test_the_lane_flags_are_shared_cleared_with_a_dead_slot_and_keep_the_reserve_for_a_lane_job_without_a_claim(
+        tmp_path):
+    a, b = _ledgers(2, tmp_path)
+    executor = MemoryLedger(a.claims, a.pending, a.lock, -1)
+    a.lane = True
+    assert a.try_claim([0.6]) == pytest.approx(0.6)
+    b.lane = True  # a second lane job, not yet claiming
+    a.release()
+    a.lane = False
+    assert a.reserve() == pytest.approx(0.6)
+    executor.end_lane()  # the executor's end of the lane: not while b's lane job has still to claim
+    assert a.reserve() == pytest.approx(0.6)
+    clear_slot(b.claims, b.pending, 1)  # b's slot died
+    assert not MemoryLedger(a.claims, a.pending, a.lock, 0).lane_beside() and b.pending[4 + 1] == 0.0
+    executor.end_lane()
+    assert a.reserve() == 0.0
+
+
+def test_lane_depth_reads_kbench_lane_pairs(monkeypatch):
+    from kernelbench_harness.execution.memledger import LANE_PAIRS_ENV, lane_depth
+
+    monkeypatch.delenv(LANE_PAIRS_ENV, raising=False)
+    assert lane_depth() == 1
+    monkeypatch.setenv(LANE_PAIRS_ENV, "1")
+    assert lane_depth() == 2
+    monkeypatch.setenv(LANE_PAIRS_ENV, "2")
+    with pytest.raises(ValueError, match="KBENCH_LANE_PAIRS"):
+        lane_depth()
+
+
+def test_with_pairs_in_the_lane_the_executor_runs_two_large_jobs_at_once_on_a_device(monkeypatch):
+    """LocalExecutor with KBENCH_LANE_PAIRS=1: two large jobs on one device's slots run at the same time (a third
+    waits for one of them); without it, one after the other."""
+    import asyncio
+
+    from kernelbench_harness.execution.memledger import LANE_PAIRS_ENV
+    from kernelbench_harness.executors import local
+
+    spans: list[tuple[float, float]] = []
+
+    class FakeSlot:
+        def __init__(self, index, device, options, timing_lock, window_queue=None, slot_pids=None, ledger=None):
+            self.index, self.device, self.fingerprint, self.proc = index, device, {}, None
+
+        def wait_ready(self):
+            pass
+
+        def stop(self):
+            pass
+
+        def call(self, msg):
+            t0 = time.monotonic()
+            time.sleep(0.3)
+            spans.append((t0, time.monotonic()))
+            return "ok", None
+
+    monkeypatch.setattr(local, "_Slot", FakeSlot)
+
+    def run(pairs: str) -> int:
+        monkeypatch.setenv(LANE_PAIRS_ENV, pairs)
+        spans.clear()
+        saved = os.sched_getaffinity(0)
+        try:
+            ex = local.LocalExecutor(["cuda:0"] * 3, {"timing_cpus": 0})
+        finally:
+            os.sched_setaffinity(0, saved)
+
+        async def go():
+            await asyncio.gather(*(ex._call(f"k{i}", ("evaluate", i), large=True) for i in range(3)))
+        try:
+            asyncio.run(go())
+        finally:
+            asyncio.run(ex.close())
+        # the most large jobs running at once
+        return max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+
+    assert run("1") == 2
+    assert run("0") == 1

@@ -283,3 +283,45 @@ def test_a_candidate_out_of_device_memory_is_not_built_again_on_the_host() -> No
 
     with pytest.raises(torch.OutOfMemoryError):
         build_model_new(_module(CANDIDATE), lambda: [4, "oom"], 7, torch.device("meta"))
+
+
+def test_the_float64_twin_is_moved_and_cast_tensor_by_tensor_into_a_copy_that_keeps_ties_and_leaves_the_host_copy(
+        tmp_path: Path) -> None:
+    """ProblemContext._model64 (a copy, not built anew): the host copy's parameters and buffers are cast to float64
+    one at a time (module_copy), ties kept, integer buffers kept as they are, tensors held as plain attributes left
+    as Module._apply leaves them, and the host copy itself unchanged (float32, same memory)."""
+    from kernelbench_harness.execution.device import module_copy
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+            self.out = torch.nn.Linear(4, 10, bias=False)
+            self.out.weight = self.emb.weight
+            self.register_buffer("steps", torch.arange(3))
+            self.hidden = torch.ones(2)  # a plain attribute (L3/33's kind)
+
+    m = Tied()
+    ptr = m.emb.weight.data_ptr()
+    moved: list[torch.dtype] = []
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        moved.append(t.dtype)
+        return t.to(torch.float64) if t.is_floating_point() else t.clone()
+
+    c = module_copy(m, move)
+    assert c.out.weight is c.emb.weight and isinstance(c.emb.weight, torch.nn.Parameter)
+    assert c.emb.weight.dtype == torch.float64 and c.steps.dtype == torch.int64
+    assert sorted(map(str, moved)) == ["torch.float32", "torch.int64"]  # once per tensor: the tie moved once
+    assert c.hidden.dtype == torch.float32 and c.hidden is not m.hidden  # deep-copied as it is
+    assert m.emb.weight.dtype == torch.float32 and m.emb.weight.data_ptr() == ptr
+    assert torch.equal(c.emb.weight, m.emb.weight.double())
+
+    problem = Problem(3, 9912, "MLP_test", MLP)
+    ctx = ProblemContext(problem, get_protocol("kbench"), 3, torch.device("cpu"), tmp_path)
+    try:
+        twin = ctx._model64()
+        for (n1, a), (n2, b) in zip(ctx.model_cpu.state_dict().items(), twin.state_dict().items()):
+            assert n1 == n2 and b.dtype == torch.float64 and a.dtype == torch.float32 and torch.equal(a.double(), b)
+    finally:
+        ctx.free()
