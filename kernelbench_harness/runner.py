@@ -307,7 +307,7 @@ def _check_environment() -> None:
 
     Raises:
         ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer; ``KBENCH_DEVSHARE``,
-            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_LANE_PAIRS``, ``KBENCH_PCH``, ``KBENCH_SLIM_HEADERS``, ``KBENCH_START_OFF_HOLD`` or
+            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_PCH``, ``KBENCH_SLIM_HEADERS``, ``KBENCH_START_OFF_HOLD`` or
             ``KBENCH_COMPILE_OFF_HOLD`` is not an on/off switch;
             ``KBENCH_SANDBOX_LAYERS`` names an unknown layer.
     """
@@ -325,7 +325,6 @@ def _check_environment() -> None:
     from .execution import build, memledger, sandbox
 
     for check, fix in ((memledger.enabled, f"set {memledger.ENV}=0 or 1, or unset it (1)"),
-                       (memledger.lane_depth, f"set {memledger.LANE_PAIRS_ENV}=0 or 1, or unset it (0)"),
                        (build.pch_enabled, "set KBENCH_PCH=0 (no precompiled headers) or 1, or unset it (1)"),
                        (build.slim_headers_enabled, "set KBENCH_SLIM_HEADERS=0 or 1, or unset it (1)"),
                        (start_off_hold_enabled, f"set {START_OFF_HOLD_ENV}=0 or 1, or unset it (0)"),
@@ -391,9 +390,9 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 
     make_undumpable()  # this process holds API keys: keep candidates out of /proc/<pid>/environ
     age_at_run = _process_age_s()  # the interpreter's start and the imports up to here
+    t_run = time.perf_counter()
     _check_environment()
     prog: Progress = progress or _NullProgress()
-    t_run = time.perf_counter()
 
     def open_store(c: RunConfig) -> tuple[Any, Any]:
         st = Store(c.db)
@@ -716,8 +715,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         slots = len(executor.slots)
         limit = cfg.concurrency or max(4, min(getattr(ad, "max_concurrency", 8), 64) + 2 * slots +
                                        (pool.workers if pool else 0))
-        gate = SampleGate(limit, lane, lane_gpus=_shared_gpus(executor.slots or []),
-                          lane_depth=getattr(getattr(executor, "_free", None), "large_per_group", 1))
+        gate = SampleGate(limit, lane, lane_gpus=_shared_gpus(executor.slots or []))
 
         async def one(spec: SampleSpec, start_turn: int) -> None:
             async with gate(spec.problem.key):
@@ -802,8 +800,6 @@ class SampleGate:
         lane_gpus: GPUs whose slots share them (each runs one large job at a time): the large ones' share is a
             quarter of ``limit``, at least two per such GPU (one evaluated, the next generated and built), at
             most ``limit``.
-        lane_depth: large jobs each such GPU runs at once (:func:`.execution.memledger.lane_depth`): the share
-            is at least ``lane_depth + 1`` per GPU.
 
     Usage: ``async with gate(problem_key): ...``.
 
@@ -811,13 +807,12 @@ class SampleGate:
         ValueError: ``limit`` is below 1.
     """
 
-    def __init__(self, limit: int, lane: set[str] | frozenset[str] = frozenset(), lane_gpus: int = 1,
-                 lane_depth: int = 1) -> None:
+    def __init__(self, limit: int, lane: set[str] | frozenset[str] = frozenset(), lane_gpus: int = 1) -> None:
         if limit < 1:
             raise ValueError(f"SampleGate: limit must be at least 1, not {limit}")
         self.limit = limit
         self.lane = frozenset(lane)
-        self.lane_limit = min(limit, max(1, limit // 4, (max(1, lane_depth) + 1) * max(0, lane_gpus)))
+        self.lane_limit = min(limit, max(1, limit // 4, 2 * max(0, lane_gpus)))
         self._in = 0
         self._lane_in = 0
         self._waiters: list[tuple[asyncio.Future[None], bool]] = []  # in the order they asked

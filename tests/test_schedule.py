@@ -204,8 +204,6 @@ def test_a_large_problems_samples_hold_at_most_a_quarter_of_the_places():
     gate = SampleGate(8, {"big"})
     assert gate.lane_limit == 2 and SampleGate(2, {"big"}).lane_limit == 2 and SampleGate(40, {"b"}, 4).lane_limit == 10
     assert SampleGate(8, {"b"}, lane_gpus=8).lane_limit == 8
-    # pairs in the lane: two evaluated and the next generated and built, per GPU
-    assert SampleGate(8, {"b"}, lane_depth=2).lane_limit == 3 and SampleGate(20, {"b"}, 2, lane_depth=2).lane_limit == 6
     with pytest.raises(ValueError):
         SampleGate(0)
     inflight = {"big": 0, "small": 0}

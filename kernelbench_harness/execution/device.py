@@ -208,7 +208,8 @@ def module_copy(model: Any, fn: Callable[[torch.Tensor], torch.Tensor], plain: b
     and buffers are ``fn`` of its own, each made once and handed to ``copy.deepcopy``'s memo (a tensor shared
     by two submodules stays one tensor; parameters stay ``nn.Parameter`` with their ``requires_grad``), so no
     other copy of them is made. ``plain``: tensors a submodule holds as plain attributes (directly or in a
-    list, tuple or dict) too; without it they are deep-copied as they are, as ``Module._apply`` leaves them.
+    list, tuple or dict) too; without it, a tensor held only that way is deep-copied as it is, as
+    ``Module._apply`` leaves it (one that is also a parameter or buffer is the copy's ``fn`` of it).
 
     Raises:
         Whatever ``fn`` raises.
@@ -1024,17 +1025,19 @@ class ProblemContext:
         """
         device = self.device
 
-        def move(t: torch.Tensor) -> torch.Tensor:
+        def move(t: torch.Tensor, copy: bool = False) -> torch.Tensor:
             # cast on the device: a host tensor cast on its way (``.to(device, torch.float64)``) is cast by the
             # host, in one thread, and crosses the bus at twice its size (17 GB for L3/2's weights). Each float32
-            # copy is freed as soon as it is cast; the same values either way
-            u = t.to(device)
-            return u.to(torch.float64) if u.is_floating_point() and u.dtype != torch.float64 else u
+            # copy is freed as soon as it is cast; the same values either way. ``copy``: a tensor that needs no
+            # cast and is on the device already is copied all the same (never the host copy's own)
+            if t.is_floating_point() and t.dtype != torch.float64:
+                return t.to(device).to(torch.float64)
+            return t.to(device, copy=copy)
         if not fresh:
             # the host copy's parameters and buffers moved and cast one at a time, straight into a copy of its
             # structure: device work, under the hold (a deep copy of the host copy first, then moved, copied every
             # weight on the host once more: seconds for a model of several GiB)
-            twin = module_copy(self.model_cpu, move)
+            twin = module_copy(self.model_cpu, lambda t: move(t, copy=True))
             if device.type == "cuda":
                 torch.cuda.empty_cache()  # the float32 copies' blocks
             return twin

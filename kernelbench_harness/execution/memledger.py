@@ -48,13 +48,6 @@ running out of memory: it must not wait for the lane to end), when a claim falls
 when a large job's claim is more than the reserve and the free memory cover (it then waits in the turnstile as any
 job). A large job's re-run with the whole device claimed is not the lane's: its claim is not kept.
 
-**Pairs in the lane** (``KBENCH_LANE_PAIRS=1``, :func:`lane_depth`). Back to back, the lane's jobs were the
-sweep's chain: in H200 session 23's cached sweep the 50 jobs claiming over 0.3 of the device were active one at a
-time for 87% of a 571 s span, while most pairs of their claims (0.37-0.64) would fit the device together. With
-pairs, a second large job may start while one runs; its claims wait politely (:meth:`MemoryLedger.try_claim`: no
-turnstile, no reserve taken), so it runs beside the first where the room is there and otherwise follows it as
-before, with its process started, its candidate built and constructed meanwhile.
-
 The shared state is two lock-free arrays per device, and a file lock (``flock``: the kernel releases it
 when a holder dies) held for a few reads and writes. A slot that dies with a claim has it cleared by the
 executor (:func:`clear_slot`). ``KBENCH_MEMORY_LEDGER=0`` switches it off (every slot plans for 1/N).
@@ -70,7 +63,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 __all__ = ["MemoryLedger", "MemoryNeed", "Plan", "memory_need", "claim_of", "job_share", "new_state",
-           "clear_slot", "enabled", "lane_depth", "ENV", "LANE_PAIRS_ENV", "UTIL", "LANE_HOLD_S"]
+           "clear_slot", "enabled", "ENV", "UTIL", "LANE_HOLD_S"]
 
 log = logging.getLogger(__name__)
 
@@ -87,29 +80,8 @@ UTIL = 0.70
 LANE_HOLD_S = 20.0
 
 # the entries of the ``pending`` array (new_state): the waiting slot and its claim; the lane's reserve and the
-# time.monotonic() it lapses at (CLOCK_MONOTONIC: one clock for every process of the host); then, from _LANES on,
-# one flag per slot: 1.0 while the slot's job is the lane's (MemoryLedger.lane)
-_WAITING, _W_CLAIM, _RESERVE, _UNTIL, _LANES = range(5)
-
-#: ``KBENCH_LANE_PAIRS=1``: two of the lane's large jobs may run at once on one GPU (:func:`lane_depth`)
-LANE_PAIRS_ENV = "KBENCH_LANE_PAIRS"
-
-
-def lane_depth() -> int:
-    """How many of the lane's large jobs run at once on one GPU: 1 (back to back, the default), or 2 with
-    ``KBENCH_LANE_PAIRS=1``. The second waits politely (:meth:`MemoryLedger.try_claim`): it never holds the
-    other slots' new jobs back and never takes the lane's reserve while the first holds a claim, so it runs
-    beside the first only where the memory the first and the small jobs leave covers it, and otherwise goes
-    next, from the first's reserve, having started its process, built and constructed its candidate meanwhile.
-
-    Raises:
-        ValueError: the variable is set to something other than 0 or 1.
-    """
-    from ..envflags import env_switch
-
-    on = env_switch(LANE_PAIRS_ENV, default=False,
-                    expected="expected 1 (two large jobs at once per GPU where memory allows) or 0 (one at a time)")
-    return 2 if on else 1
+# time.monotonic() it lapses at (CLOCK_MONOTONIC: one clock for every process of the host)
+_WAITING, _W_CLAIM, _RESERVE, _UNTIL = range(4)
 
 
 def enabled() -> bool:
@@ -249,11 +221,10 @@ class MemoryLedger:
 
     Args:
         claims: ``multiprocessing.Array("d", N, lock=False)``, each slot's claim (0.0 when idle).
-        pending: ``multiprocessing.Array("d", [-1, 0, 0, 0] + [0] * N, lock=False)`` (:func:`new_state`): the
-            slot whose job waits for memory (-1: none) and the claim it waits for (while it is set, other slots'
-            new jobs are granted only what leaves room for that claim); the lane's reserve (a fraction of the
-            device) and the ``time.monotonic()`` at which it lapses; each slot's lane flag (:attr:`lane`). A
-            two-entry array has no reserve; a four-entry one no flags (no polite waits).
+        pending: ``multiprocessing.Array("d", [-1, 0, 0, 0], lock=False)`` (:func:`new_state`): the slot whose
+            job waits for memory (-1: none) and the claim it waits for (while it is set, other slots' new jobs
+            are granted only what leaves room for that claim); the lane's reserve (a fraction of the device)
+            and the ``time.monotonic()`` at which it lapses. A two-entry array has no reserve.
         lock: the path of the device's ledger lock file (``flock``), or an object with
             ``acquire(timeout=...)`` and ``release()``; held for a few reads and writes.
         index: this slot's index in ``claims``.
@@ -277,26 +248,9 @@ class MemoryLedger:
         self.pending = pending
         self.lock = _FileLock(lock) if isinstance(lock, (str, os.PathLike)) else lock
         self.index = index
-        self._lane = False
-
-    @property
-    def lane(self) -> bool:
-        """This slot's job is one of the lane's (a large problem): its claims draw on the lane's reserve and what
-        it gives back is kept there. Set by the slot for the length of a large job; shared with the other slots
-        (the polite wait of a second lane job, :meth:`try_claim`)."""
-        return self._lane
-
-    @lane.setter
-    def lane(self, on: bool) -> None:
-        self._lane = bool(on)
-        if 0 <= self.index and _LANES + self.index < len(self.pending):
-            self.pending[_LANES + self.index] = 1.0 if on else 0.0
-
-    def lane_beside(self) -> bool:
-        """Whether another slot's lane job holds a claim now (this slot's lane job then waits politely)."""
-        claims = self.claims[:]
-        return any(float(self.pending[_LANES + j]) > 0.5 and claims[j] > 1e-9
-                   for j in range(len(claims)) if j != self.index and _LANES + j < len(self.pending))
+        #: this slot's job is one of the lane's (a large problem): its claims draw on the lane's reserve and
+        #: what it gives back is kept there
+        self.lane = False
 
     @property
     def fixed(self) -> float:
@@ -347,27 +301,9 @@ class MemoryLedger:
         A lane job's claim (:attr:`lane`) draws on the lane's reserve first, which counts as held by it. With
         ``keep_reserve`` (a claim for the reference's set-up, before the plan's) what the claim leaves of the
         reserve stays reserved; without it (the plan's claim: what the job needs) the rest goes. A lane job's claim
-        that is not granted ends the reserve (it then waits in the turnstile as any other job).
-
-        A lane job beside another that holds a claim (:meth:`lane_beside`, with :func:`lane_depth` 2) waits
-        politely: the reserve counts as held by others (it is the first's, or the next's), and a claim not
-        granted neither ends the reserve nor makes this slot the one waiting, so the other slots' new jobs go on
-        as if it were not there. Once the first has given its claim back it claims as the lane's next job."""
+        that is not granted ends the reserve (it then waits in the turnstile as any other job)."""
         def attempt() -> float | None:
             waiting, w_claim = self._waiting()
-            polite = self.lane and self.lane_beside()
-            if polite:
-                free = self.CAPACITY - self.others() - self.reserve()
-                if waiting not in (-1, self.index):
-                    free -= w_claim
-                held = float(self.claims[self.index])
-                for c in options:
-                    if free + 1e-9 >= c or c <= held + 1e-9:
-                        self.claims[self.index] = c
-                        if waiting == self.index:
-                            self._set_waiting(-1, 0.0)
-                        return c
-                return None
             if not self.lane and min(options) >= self.CAPACITY - 1e-9 and self.reserve() > 0.0:
                 # a re-run with the whole device claimed: the reserve goes, and the turnstile holds the next large
                 # job back for it. (Smaller jobs wait beside the reserve: the next large job's plan claim lets
@@ -465,16 +401,9 @@ class MemoryLedger:
 
     def end_lane(self) -> None:
         """End the lane's reserve (the executor, on a handle of index -1: no large job is left to run on the
-        device), unless a slot's lane job holds no claim yet (with pairs in the lane, the second, waiting for its
-        claim: the reserve is its to draw on). Waits at most :attr:`END_LANE_LOCK_WAIT_S` for the ledger's lock
-        (a write of one number without it: nobody else writes the reserve while no large job runs)."""
-        def end() -> None:
-            claims = self.claims[:]
-            if any(float(self.pending[_LANES + j]) > 0.5 and claims[j] <= 1e-9
-                   for j in range(len(claims)) if _LANES + j < len(self.pending)):
-                return
-            self._set_reserve(0.0)
-        self._locked(end, wait_s=self.END_LANE_LOCK_WAIT_S)
+        device). Waits at most :attr:`END_LANE_LOCK_WAIT_S` for the ledger's lock (a write of one number
+        without it: nobody else writes the reserve while no large job runs)."""
+        self._locked(lambda: self._set_reserve(0.0), wait_s=self.END_LANE_LOCK_WAIT_S)
 
     #: how long :meth:`end_lane` (on the executor's event loop) waits for the ledger's lock
     END_LANE_LOCK_WAIT_S = 0.2
@@ -515,15 +444,12 @@ def job_share(ledger: MemoryLedger, need: MemoryNeed, fixed_share: float, fixed_
 def new_state(ctx: Any, n_slots: int, lock_path: str) -> tuple[Any, Any, str]:
     """The shared state of one device's ledger for ``n_slots`` slots: ``(claims, pending, lock_path)``, the
     arrays made in the multiprocessing context ``ctx`` (pass them to each slot's :class:`MemoryLedger`)."""
-    return (ctx.Array("d", n_slots, lock=False), ctx.Array("d", [-1.0, 0.0, 0.0, 0.0] + [0.0] * n_slots, lock=False),
-            lock_path)
+    return ctx.Array("d", n_slots, lock=False), ctx.Array("d", [-1.0, 0.0, 0.0, 0.0], lock=False), lock_path
 
 
 def clear_slot(claims: Any, pending: Any, index: int) -> None:
-    """Give back the claim, the wait and the lane flag of slot ``index``, which died (called by the executor)."""
+    """Give back the claim and the wait of slot ``index``, which died (called by the executor)."""
     claims[index] = 0.0
-    if _LANES + index < len(pending):
-        pending[_LANES + index] = 0.0
     if int(pending[_WAITING]) == index:
         pending[_W_CLAIM] = 0.0
         pending[_WAITING] = -1

@@ -23,9 +23,9 @@ class AffinityQueue:
     last served the same key (a problem's hash), whose device worker still holds its references.
 
     Large jobs (``acquire(..., large=True)``: the run's problems of at least :data:`..schedule.LANE_BYTES`)
-    go one per group at a time (``large_per_group`` at a time: two with pairs in the lane, whose second waits
-    politely for its memory), ahead of the others: a large job waits, without holding a slot, while another large
-    job runs in its group (the slots of one GPU), and takes the next slot that frees in a group with room. Several slots on one GPU share its memory (the ledger), where a large job's claim is
+    go one per group at a time, ahead of the others: a large job waits, without holding a slot, while
+    another large job runs in its group (the slots of one GPU), and takes the next slot that frees in a
+    group with none. Several slots on one GPU share its memory (the ledger), where a large job's claim is
     most of the device: two of them dispatched together held two slots, one waiting for the other's
     memory, while the ledger's turnstile held new small jobs back to leave room for it (H200 session 14: the
     cached sweep's slots waited 1,312 s for memory, 773 s of it small jobs and 501 s large ones). Now the
@@ -35,19 +35,11 @@ class AffinityQueue:
     Args:
         n: number of slots (indices 0..n-1).
         groups: each slot's group (its device, say); one group for all when None.
-        large_per_group: large jobs one group runs at once (2: pairs in the lane, see
-            :func:`..execution.memledger.lane_depth`).
-
-    Raises:
-        ValueError: ``groups`` is not one per slot, or ``large_per_group`` is below 1.
     """
 
-    def __init__(self, n: int, groups: Sequence[Hashable] | None = None, large_per_group: int = 1) -> None:
+    def __init__(self, n: int, groups: Sequence[Hashable] | None = None) -> None:
         if groups is not None and len(groups) != n:
             raise ValueError(f"{len(groups)} groups for {n} slots")
-        if large_per_group < 1:
-            raise ValueError(f"AffinityQueue: large_per_group must be at least 1, not {large_per_group}")
-        self.large_per_group = int(large_per_group)
         self.n = n
         self.groups: list[Hashable] = list(groups) if groups is not None else [0] * n
         self.last: dict[int, str] = {}
@@ -88,15 +80,13 @@ class AffinityQueue:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Hand free slots to waiters: the first large waiter with a free slot in a group running fewer than
-        :attr:`large_per_group` large jobs, else the first other waiter; among the slots it may take, the one
-        that last served its key."""
+        """Hand free slots to waiters: the first large waiter with a free slot in a group running no large
+        job, else the first other waiter; among the slots it may take, the one that last served its key."""
         self._waiters = [w for w in self._waiters if not w[0].done()]  # cancelled while waiting
         while self._free and self._waiters:
             pick = None
             for w in [w for w in self._waiters if w[2]] + [w for w in self._waiters if not w[2]]:
-                ok = [i for i in self._free
-                      if not (w[2] and self._large_in.get(self.groups[i], 0) >= self.large_per_group)]
+                ok = [i for i in self._free if not (w[2] and self._large_in.get(self.groups[i]))]
                 if ok:
                     pick = (w, ok)
                     break

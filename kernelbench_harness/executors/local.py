@@ -470,8 +470,7 @@ class LocalExecutor(Executor):
         if plan is not None:
             self._saved_affinity = set(os.sched_getaffinity(0))
             os.sched_setaffinity(0, plan[1])
-        self._free = AffinityQueue(len(self._slots), groups=[s.device for s in self._slots],
-                                   large_per_group=memledger.lane_depth() if ledgers else 1)
+        self._free = AffinityQueue(len(self._slots), groups=[s.device for s in self._slots])
 
     @property
     def slots(self) -> list[SlotInfo]:
@@ -491,13 +490,11 @@ class LocalExecutor(Executor):
         return slot, tag, payload
 
     def _end_lane_if_idle(self, device: str) -> None:
-        """After a large job on ``device``: where the queue handed no other large job the place it left there
-        (fewer large jobs run than the lane's depth), the memory ledger's lane reserve goes back to the other
-        slots (see execution/memledger.py), unless a large job already running there has yet to claim it."""
+        """After a large job on ``device``: where the queue handed no other large job a slot there, the
+        memory ledger's lane reserve goes back to the other slots (see execution/memledger.py)."""
         led = getattr(self, "_lane_ledgers", {}).get(device)
         # (not once the executor has closed and removed the lock files: the handle would make them again)
-        if led is not None and self._free.large_running(device) < self._free.large_per_group \
-                and os.path.exists(led.lock.path):
+        if led is not None and not self._free.large_running(device) and os.path.exists(led.lock.path):
             try:
                 led.end_lane()
             except OSError as e:  # the reserve lapses on its own (memledger.LANE_HOLD_S)

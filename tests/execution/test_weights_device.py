@@ -317,11 +317,18 @@ def test_the_float64_twin_is_moved_and_cast_tensor_by_tensor_into_a_copy_that_ke
     assert m.emb.weight.dtype == torch.float32 and m.emb.weight.data_ptr() == ptr
     assert torch.equal(c.emb.weight, m.emb.weight.double())
 
-    problem = Problem(3, 9912, "MLP_test", MLP)
+    bn = MLP.replace("        self.b = nn.Linear(sizes[1], sizes[0])\n",
+                     "        self.b = nn.Linear(sizes[1], sizes[0])\n        self.bn = nn.BatchNorm1d(sizes[1])\n")
+    problem = Problem(3, 9912, "MLP_test", bn)
     ctx = ProblemContext(problem, get_protocol("kbench"), 3, torch.device("cpu"), tmp_path)
     try:
         twin = ctx._model64()
         for (n1, a), (n2, b) in zip(ctx.model_cpu.state_dict().items(), twin.state_dict().items()):
-            assert n1 == n2 and b.dtype == torch.float64 and a.dtype == torch.float32 and torch.equal(a.double(), b)
+            assert n1 == n2 and torch.equal(a.double() if a.is_floating_point() else a, b)
+            assert b.dtype == (torch.float64 if a.is_floating_point() else a.dtype)
+            assert a.data_ptr() != b.data_ptr()  # never the host copy's own tensor (an integer buffer on this device)
+        with torch.no_grad():
+            twin.bn.train()(torch.ones(4, 16, dtype=torch.float64))
+        assert int(ctx.model_cpu.bn.num_batches_tracked) == 0  # what the twin counts is the twin's
     finally:
         ctx.free()

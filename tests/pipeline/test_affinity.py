@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from kernelbench_harness.executors.base import AffinityQueue
 
 
@@ -145,21 +143,3 @@ def test_a_waiter_cancelled_just_before_a_release_is_skipped():
         assert nxt.done() and nxt.result() == a
 
     asyncio.run(go())
-
-
-def test_pairs_in_the_lane_two_large_jobs_share_a_group_and_a_third_waits():
-    async def go() -> None:
-        q = AffinityQueue(4, groups=["cuda:0"] * 4, large_per_group=2)
-        x = await q.acquire("L1", large=True)
-        y = await q.acquire("L2", large=True)
-        third = asyncio.ensure_future(q.acquire("L3", large=True))
-        small = await q.acquire("s")  # a small job takes a free slot while the third large one waits
-        await _flush()
-        assert q.large_running("cuda:0") == 2 and not third.done() and small not in (x, y)
-        q.release(x, "L1", large=True)
-        await _flush()
-        assert third.done() and q.large_running("cuda:0") == 2
-
-    asyncio.run(go())
-    with pytest.raises(ValueError, match="large_per_group"):
-        AffinityQueue(2, large_per_group=0)
