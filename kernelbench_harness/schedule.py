@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import types
 import warnings
-from typing import Hashable, Mapping, Sequence, TypeVar
+from typing import Any, Hashable, Mapping, Sequence, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
-__all__ = ["LARGE_PROBLEM_BYTES", "LANE_BYTES", "problem_nbytes", "problem_sizes", "Sizing", "interleave_large"]
+__all__ = ["LARGE_PROBLEM_BYTES", "LANE_BYTES", "problem_nbytes", "problem_sizes", "Sizing", "sizing_workers",
+           "interleave_large"]
 
 #: a problem whose input set, outputs and weights take at least this many bytes is "large" for the order
 LARGE_PROBLEM_BYTES = 2 << 30
@@ -38,25 +39,89 @@ FORWARD_LIMIT_S = 1.0
 
 
 def problem_sizes(codes: Mapping[str, str], timeout_s: float = 120.0) -> dict[str, int]:
-    """:func:`problem_nbytes` of each problem, in a child process (as everywhere else the harness runs problem
+    """:func:`problem_nbytes` of each problem, in child processes (as everywhere else the harness runs problem
     code: a problem that exits, hangs, changes torch's global state or touches a GPU or the network must
-    not reach the run's driver). The child sees no GPU (``CUDA_VISIBLE_DEVICES`` empty) and runs the Hugging
-    Face libraries offline. :class:`Sizing` starts the same child without waiting for it.
+    not reach the run's driver). The children see no GPU (``CUDA_VISIBLE_DEVICES`` empty) and run the Hugging
+    Face libraries offline. :class:`Sizing` starts the same children without waiting for them.
 
     Args:
         codes: problem key (any string) -> the problem's source.
-        timeout_s: the child's limit (seconds); past it, or if it fails, no sizes.
+        timeout_s: the children's limit in all (seconds); past it, or if one fails, no sizes.
 
     Returns:
-        Key -> bytes (-1 where a problem could not be sized); ``{}`` where the child failed or ran out of time
+        Key -> bytes (-1 where a problem could not be sized); ``{}`` where a child failed or ran out of time
         (every problem then counts as small: the run keeps its problem order).
     """
     return Sizing(codes).result(timeout_s)
 
 
+def sizing_workers(n_problems: int) -> int:
+    """How many children size ``n_problems`` problems: one per 16 problems, at most a third of this process's
+    CPUs (the device slots start beside them) and at most 8; at least one. In one child, sizing KernelBench's
+    levels 1-3 (250 problems) took 21 s on a 2-core CPU, and on the H200 host the sweep's first job waited
+    19.7 s for it after the device slots had started (H200 session 24)."""
+    import os
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus // 3, -(-n_problems // 16)))
+
+
 class Sizing:
-    """:func:`problem_sizes`'s child, started at once and read later (:meth:`result`), so that a run sizes its
-    problems while its device slots start. :meth:`stop` kills it (a run that failed before it needed them).
+    """:func:`problem_sizes`'s children, started at once and read later (:meth:`result`), so that a run sizes
+    its problems while its device slots start: the problems dealt out in turn to ``workers`` children (level 3's
+    recurrent problems, the slowest to size, are neighbours in a run's order). :meth:`stop` kills them (a run that
+    failed before it needed them).
+
+    Args:
+        codes: problem key (any string) -> the problem's source.
+        workers: children (None: :func:`sizing_workers`); at most one per problem.
+    """
+
+    def __init__(self, codes: Mapping[str, str], workers: int | None = None) -> None:
+        items = list(codes.items())
+        n = max(1, min(workers if workers is not None else sizing_workers(len(items)), len(items)))
+        self.keys = set(map(str, codes))
+        self._got: dict[str, int] | None = None
+        self._children = [_SizingChild(dict(items[i::n])) for i in range(n)]
+
+    @property
+    def _proc(self) -> Any:
+        """The first child's process (None where it could not start)."""
+        return self._children[0]._proc
+
+    def result(self, timeout_s: float = 120.0) -> dict[str, int]:
+        """The sizes (see :func:`problem_sizes`), waiting up to ``timeout_s`` seconds in all for them; ``{}``
+        (and every child killed) past that or where any child failed: every problem then counts as small, as
+        with one child (a partial sizing would put a large problem beside another one unannounced)."""
+        import time
+
+        if self._got is not None:
+            return self._got
+        end = time.monotonic() + timeout_s
+        got: dict[str, int] = {}
+        for ch in self._children:
+            part = ch.result(max(0.0, end - time.monotonic()))
+            if ch.keys and not part:
+                self.stop()
+                got = {}
+                break
+            got.update(part)
+        self._got = got
+        return got
+
+    def stop(self) -> None:
+        """Kill every child and its process group (see :meth:`_SizingChild.stop`)."""
+        for ch in self._children:
+            ch.stop()
+        if self._got is None:
+            self._got = {}
+
+
+class _SizingChild:
+    """One child of :class:`Sizing`: sizes ``codes`` in a process of its own.
 
     Args:
         codes: problem key (any string) -> the problem's source.

@@ -301,3 +301,20 @@ def test_the_gate_keeps_the_runs_order_and_its_places_through_cancellation():
     for k in keys:
         if k.startswith("big"):
             assert started.index(k) <= keys.index(k) + 4  # near its place in the run's order, not at the end
+
+
+def test_sizing_in_several_children_gives_the_same_sizes_and_a_failed_child_gives_none():
+    """The problems dealt out to several children (H200 session 24: the sweep's first job waited 19.7 s for one
+    child to size 250 problems) are sized as by one; one child failing leaves every problem small, as one child's
+    failure did."""
+    from kernelbench_harness.schedule import Sizing, sizing_workers
+
+    codes = {f"p{i}": ELEMENTWISE.replace("N", str(8 << i)) for i in range(5)}
+    one = Sizing(codes, workers=1).result(120)
+    many = Sizing(codes, workers=3)
+    assert len(many._children) == 3 and sorted(len(c.keys) for c in many._children) == [1, 2, 2]
+    assert many.result(120) == one and len(one) == 5
+    assert len(Sizing(codes, workers=9)._children) == 5  # at most one per problem
+    broken = Sizing({**codes, "exits": "import os\nos._exit(3)\n"}, workers=3)
+    assert broken.result(120) == {}
+    assert 1 <= sizing_workers(250) <= 8 and sizing_workers(1) == 1

@@ -1,0 +1,42 @@
+"""How long sizing a run's problems takes (the schedule's children, :class:`kernelbench_harness.schedule.Sizing`),
+in one child and in the default number, one after the other on this machine; and that both give the same sizes.
+
+    python scripts/sizing_check.py --problems ../shared/kernelbench [--levels 1,2,3] [--workers N]
+
+Prints one line per setting (children, seconds, problems sized) and whether the sizes agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--problems", required=True)
+    ap.add_argument("--levels", default="1,2,3")
+    ap.add_argument("--workers", type=int, default=None, help="the second setting's children (default: sizing_workers)")
+    a = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernelbench_harness.problems import load_problems
+    from kernelbench_harness.schedule import Sizing, sizing_workers
+
+    ps = load_problems(a.problems, levels=[int(x) for x in a.levels.split(",")])
+    codes = {p.key: p.code for p in ps.problems}
+    got = {}
+    for n in (1, a.workers or sizing_workers(len(codes))):
+        t0 = time.perf_counter()
+        sizes = Sizing(codes, workers=n).result(600)
+        got[n] = sizes
+        print(f"sizing {len(codes)} problems in {n} child(ren): {time.perf_counter() - t0:.2f} s, {len(sizes)} sized",
+              flush=True)
+    first, *rest = got.values()
+    print("same sizes:", all(r == first for r in rest))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
