@@ -1,7 +1,7 @@
 """How long sizing a run's problems takes (the schedule's children, :class:`kernelbench_harness.schedule.Sizing`),
 in one child and in the default number, one after the other on this machine; and that both give the same sizes.
 
-    python scripts/sizing_check.py --problems ../shared/kernelbench [--levels 1,2,3] [--workers N]
+    python scripts/sizing_check.py --problems ../shared/kernelbench [--levels 1,2,3] [--settings 1,default]
 
 Prints one line per setting (children, seconds, problems sized) and whether the sizes agree.
 """
@@ -18,7 +18,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", required=True)
     ap.add_argument("--levels", default="1,2,3")
-    ap.add_argument("--workers", type=int, default=None, help="the second setting's children (default: sizing_workers)")
+    ap.add_argument("--settings", default="1,default",
+                    help="children per setting, in order, comma-separated ('default': sizing_workers)")
     a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from kernelbench_harness.problems import load_problems
@@ -27,10 +28,11 @@ def main() -> int:
     ps = load_problems(a.problems, levels=[int(x) for x in a.levels.split(",")])
     codes = {p.key: p.code for p in ps.problems}
     got = {}
-    for n in (1, a.workers or sizing_workers(len(codes))):
+    for w in a.settings.split(","):
+        n = sizing_workers(len(codes)) if w.strip() == "default" else int(w)
         t0 = time.perf_counter()
         sizes = Sizing(codes, workers=n).result(600)
-        got[n] = sizes
+        got[len(got)] = sizes
         print(f"sizing {len(codes)} problems in {n} child(ren): {time.perf_counter() - t0:.2f} s, {len(sizes)} sized",
               flush=True)
     first, *rest = got.values()
