@@ -473,7 +473,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     # environment's checks, the problems, the adapter and the store)
     startup_s = {"process_to_executor": _process_age_s(), "to_run": age_at_run,
                  "run_to_executor": round(time.perf_counter() - t_run, 3)}
-    sizing = _start_sizing(cfg, problems)  # beside the slots' start-up
+    sizing = _start_sizing(cfg, problems, build_cache)  # beside the slots' start-up
     try:
         executor = _make_executor(cfg, build_cache)
     except BaseException:
@@ -904,10 +904,10 @@ def _interleave_todo(todo: list[tuple[Any, int]], phase_s: dict[str, float],
     return [item for k in order for item in groups[k]], lane
 
 
-def _start_sizing(cfg: RunConfig, problems: list[Problem]) -> Any:
+def _start_sizing(cfg: RunConfig, problems: list[Problem], cache: Path | None = None) -> Any:
     """A :class:`.schedule.Sizing` of ``problems``, started before the device slots (whose start-up, about
     10 s on an H200, it then overlaps), where the local executor will put several slots on one GPU; None
-    otherwise."""
+    otherwise. ``cache``: the folder where sizes are kept between runs (the build cache's)."""
     if cfg.executor != "local":
         return None
     try:
@@ -919,7 +919,7 @@ def _start_sizing(cfg: RunConfig, problems: list[Problem]) -> Any:
     from .schedule import Sizing
 
     try:
-        return Sizing({p.key: p.code for p in problems})
+        return Sizing({p.key: p.code for p in problems}, cache=cache)
     except Exception:  # noqa: BLE001 - sizing only orders the run (a full /tmp, say): sized later or not at all
         return None
 

@@ -75,22 +75,34 @@ class Sizing:
     recurrent problems, the slowest to size, are neighbours in a run's order). :meth:`stop` kills them (a run that
     failed before it needed them).
 
+    With ``cache`` (a folder), sizes are kept between runs in ``sizes-torch<version>.json`` there, by the SHA-256 of
+    each problem's source: a problem sized before is not sized again, and a run whose problems were all sized
+    before starts no child. Sizes only order a run and mark its large problems (never a verdict); a cache file
+    that cannot be read, or holds anything but sizes, is ignored and written anew.
+
     Args:
         codes: problem key (any string) -> the problem's source.
         workers: children (None: :func:`sizing_workers`); at most one per problem.
+        cache: the folder of the sizes kept between runs (None: none kept).
     """
 
-    def __init__(self, codes: Mapping[str, str], workers: int | None = None) -> None:
-        items = list(codes.items())
-        n = max(1, min(workers if workers is not None else sizing_workers(len(items)), len(items)))
+    def __init__(self, codes: Mapping[str, str], workers: int | None = None, cache: Any = None) -> None:
+        import hashlib
+
         self.keys = set(map(str, codes))
         self._got: dict[str, int] | None = None
-        self._children = [_SizingChild(dict(items[i::n])) for i in range(n)]
+        self._hash = {str(k): hashlib.sha256(str(v).encode()).hexdigest() for k, v in codes.items()}
+        self._cache_file = _sizes_file(cache) if cache is not None else None
+        self._kept = _read_sizes(self._cache_file) if self._cache_file is not None else {}
+        self._known = {k: self._kept[h] for k, h in self._hash.items() if h in self._kept}
+        items = [(k, v) for k, v in codes.items() if str(k) not in self._known]
+        n = max(1, min(workers if workers is not None else sizing_workers(len(items)), len(items)))
+        self._children = [_SizingChild(dict(items[i::n])) for i in range(n)] if items else []
 
     @property
     def _proc(self) -> Any:
-        """The first child's process (None where it could not start)."""
-        return self._children[0]._proc
+        """The first child's process (None where it could not start, or none was needed)."""
+        return self._children[0]._proc if self._children else None
 
     def result(self, timeout_s: float = 120.0) -> dict[str, int]:
         """The sizes (see :func:`problem_sizes`), waiting up to ``timeout_s`` seconds in all for them; ``{}``
@@ -101,7 +113,7 @@ class Sizing:
         if self._got is not None:
             return self._got
         end = time.monotonic() + timeout_s
-        got: dict[str, int] = {}
+        got: dict[str, int] = dict(self._known)
         for ch in self._children:
             part = ch.result(max(0.0, end - time.monotonic()))
             if ch.keys and not part:
@@ -110,6 +122,9 @@ class Sizing:
                 break
             got.update(part)
         self._got = got
+        if got and self._cache_file is not None and len(got) > len(self._known):
+            _write_sizes(self._cache_file, {**self._kept, **{self._hash[k]: v for k, v in got.items()
+                                                             if k in self._hash}})
         return got
 
     def stop(self) -> None:
@@ -118,6 +133,59 @@ class Sizing:
             ch.stop()
         if self._got is None:
             self._got = {}
+
+
+#: the most bytes a sizes file may have to be read (a folder others can write: never a reason to run out of memory)
+_SIZES_FILE_MAX_BYTES = 16 << 20
+
+
+def _sizes_file(folder: Any) -> Any:
+    """The sizes file in ``folder`` for this torch (sizes come from its meta kernels)."""
+    from pathlib import Path
+
+    import torch
+
+    version = "".join(c if c.isalnum() or c in ".+-_" else "_" for c in str(torch.__version__))
+    return Path(folder) / f"sizes-torch{version}.json"
+
+
+def _read_sizes(path: Any) -> dict[str, int]:
+    """``{source SHA-256: bytes}`` from ``path``; ``{}`` where it is missing, too large, unreadable or malformed
+    (entries that are not a 64-digit hex key with an integer of at least -1 are dropped)."""
+    import json
+
+    try:
+        if path.stat().st_size > _SIZES_FILE_MAX_BYTES:
+            return {}
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    hexdigits = set("0123456789abcdef")
+    return {k: v for k, v in data.items() if isinstance(k, str) and len(k) == 64 and set(k) <= hexdigits
+            and isinstance(v, int) and not isinstance(v, bool) and v >= -1}
+
+
+def _write_sizes(path: Any, sizes: Mapping[str, int]) -> None:
+    """Write ``sizes`` to ``path`` through a new file renamed over it (a reader sees the old file or the new one);
+    a failure to write is logged and otherwise ignored (the next run sizes again)."""
+    import json
+    import logging
+    import os
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".sizes-", dir=str(path.parent))
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(dict(sizes), f, sort_keys=True)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        logging.getLogger(__name__).warning("could not keep the problems' sizes in %s: %s", path, e)
 
 
 class _SizingChild:

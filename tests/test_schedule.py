@@ -318,3 +318,34 @@ def test_sizing_in_several_children_gives_the_same_sizes_and_a_failed_child_give
     broken = Sizing({**codes, "exits": "import os\nos._exit(3)\n"}, workers=3)
     assert broken.result(120) == {}
     assert 1 <= sizing_workers(250) <= 8 and sizing_workers(1) == 1
+
+
+def test_sizes_are_kept_between_runs_by_the_sources_hash_and_a_bad_file_is_ignored(tmp_path, monkeypatch):
+    """With a cache folder, a run whose problems were sized before starts no child; a changed source is sized
+    again; a file that is not sizes is ignored and written anew."""
+    import json
+
+    from kernelbench_harness import schedule
+    from kernelbench_harness.schedule import Sizing
+
+    codes = {"big": ELEMENTWISE.replace("N", "393216"), "small": ELEMENTWISE.replace("N", "8")}
+    first = Sizing(codes, cache=tmp_path).result(120)
+    assert first["big"] == 12 * GIB and len(first) == 2
+    files = list(tmp_path.glob("sizes-torch*.json"))
+    assert len(files) == 1 and sorted(json.loads(files[0].read_text()).values()) == sorted(first.values())
+
+    started: list[dict] = []
+    real = schedule._SizingChild
+    monkeypatch.setattr(schedule, "_SizingChild", lambda c: started.append(c) or real(c))
+    again = Sizing({"b2": codes["big"], "s2": codes["small"]}, cache=tmp_path)  # same sources, other keys
+    assert again.result(120) == {"b2": first["big"], "s2": first["small"]} and started == []
+    changed = Sizing({"big": codes["big"], "mid": ELEMENTWISE.replace("N", "131072")}, cache=tmp_path).result(120)
+    assert [list(c) for c in started] == [["mid"]] and changed["mid"] == 4 * GIB and changed["big"] == 12 * GIB
+    assert len(json.loads(files[0].read_text())) == 3  # the new source kept beside the others
+
+    files[0].write_text('{"not a hash": 1, "' + "0" * 64 + '": "x"}')
+    started.clear()
+    assert Sizing(codes, cache=tmp_path).result(120) == first and len(started) == 1  # sized again
+    assert len(json.loads(files[0].read_text())) == 2
+    files[0].write_text("[1, 2")  # not JSON
+    assert Sizing(codes, cache=tmp_path).result(120) == first
