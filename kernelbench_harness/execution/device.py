@@ -234,6 +234,25 @@ def module_copy(model: Any, fn: Callable[[torch.Tensor], torch.Tensor], plain: b
     return copy.deepcopy(model, memo)
 
 
+def _host_build_hint(weights: Any, protocol: Protocol) -> str:
+    """What an incorrect verdict's message adds where the candidate's ``ModelNew`` could not be built on the
+    device (``weights.device_build_error``) and was built on the host, whose generator draws other values than the
+    device's: the weights the ``state_dict`` did not carry (all of them under ``weights=reseed``) then differ from
+    the reference's. Empty otherwise."""
+    if not isinstance(weights, dict) or not weights.get("device_build_error"):
+        return ""
+    if protocol.weights == "reseed":
+        which = "every weight (weights=reseed carries none)"
+    elif weights.get("n_skipped"):
+        which = f"the {weights['n_skipped']} weight(s) the state_dict did not carry"
+    else:
+        return ""
+    return (f" [ModelNew failed to build on the device ({weights['device_build_error']}) and was built on the host, "
+            f"whose generator draws other values than the reference's device draw: {which} differ from the "
+            f"reference's; make ModelNew's __init__ work inside torch.device(<GPU>), or run with "
+            f"-P weights_device=cpu]")
+
+
 def weights_on_device(protocol: Protocol, device: torch.device) -> bool:
     """Whether the reference is built on ``device`` (``protocol.weights_device == "device"`` on a CUDA device)."""
     return protocol.weights_device == "device" and device.type == "cuda"
@@ -3294,7 +3313,8 @@ class DeviceEvaluator:
                 extra["policy_allowed"] = p.allow_lower_precision
                 return EvalResult(Outcome.POLICY, tag="precision", correct=False, candidate=stats,
                                   findings=tuple(findings), error=failed.detail, extra=extra, **common)
-            return EvalResult(Outcome.INCORRECT, correct=False, error=failed.detail or failed.reason,
+            return EvalResult(Outcome.INCORRECT, correct=False,
+                              error=(failed.detail or failed.reason) + _host_build_hint(extra.get("weights"), p),
                               findings=tuple(findings), extra=extra, **common)
         timing_bad = [f for f in findings if f.severity is Severity.TIMING]
         if timing_bad:

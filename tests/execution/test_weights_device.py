@@ -332,3 +332,20 @@ def test_the_float64_twin_is_moved_and_cast_tensor_by_tensor_into_a_copy_that_ke
         assert int(ctx.model_cpu.bn.num_batches_tracked) == 0  # what the twin counts is the twin's
     finally:
         ctx.free()
+
+
+def test_an_incorrect_verdict_says_when_modelnew_was_built_on_the_host_after_its_device_build_failed() -> None:
+    import dataclasses
+
+    from kernelbench_harness.execution.device import _host_build_hint
+
+    kb = get_protocol("kbench")
+    reseed = dataclasses.replace(kb, weights="reseed")
+    failed = {"transferred": 4, "n_skipped": 0, "built_on": "cpu", "device_build_error": "RuntimeError: no cuda here"}
+    assert _host_build_hint({**failed}, kb) == ""  # every weight carried: the host's draws changed nothing
+    hint = _host_build_hint({**failed, "n_skipped": 2}, kb)
+    assert "the 2 weight(s) the state_dict did not carry" in hint and "no cuda here" in hint
+    assert "-P weights_device=cpu" in hint
+    assert "every weight" in _host_build_hint(failed, reseed)
+    assert _host_build_hint({"transferred": 4, "built_on": "device"}, reseed) == ""
+    assert _host_build_hint(None, kb) == ""
