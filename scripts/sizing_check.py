@@ -2,8 +2,11 @@
 in one child and in the default number, one after the other on this machine; and that both give the same sizes.
 
     python scripts/sizing_check.py --problems ../shared/kernelbench [--levels 1,2,3] [--settings 1,default]
+        [--cache DIR]
 
-Prints one line per setting (children, seconds, problems sized) and whether the sizes agree.
+Prints one line per setting (children, seconds, problems sized) and whether the sizes agree. With ``--cache`` (a
+new folder) each setting keeps and finds sizes there, as a run does in its build cache: the first sizes, the rest
+find them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", required=True)
     ap.add_argument("--levels", default="1,2,3")
+    ap.add_argument("--cache", default=None, help="the folder sizes are kept in between settings (none: not kept)")
     ap.add_argument("--settings", default="1,default",
                     help="children per setting, in order, comma-separated ('default': sizing_workers)")
     a = ap.parse_args()
@@ -31,7 +35,7 @@ def main() -> int:
     for w in a.settings.split(","):
         n = sizing_workers(len(codes)) if w.strip() == "default" else int(w)
         t0 = time.perf_counter()
-        sizes = Sizing(codes, workers=n).result(600)
+        sizes = Sizing(codes, workers=n, cache=a.cache).result(600)
         got[len(got)] = sizes
         print(f"sizing {len(codes)} problems in {n} child(ren): {time.perf_counter() - t0:.2f} s, {len(sizes)} sized",
               flush=True)
