@@ -307,7 +307,7 @@ def _check_environment() -> None:
 
     Raises:
         ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer; ``KBENCH_DEVSHARE``,
-            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_TRITON_KEEP``, ``KBENCH_PCH``, ``KBENCH_SLIM_HEADERS``, ``KBENCH_START_OFF_HOLD`` or
+            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_PCH``, ``KBENCH_SLIM_HEADERS``, ``KBENCH_START_OFF_HOLD`` or
             ``KBENCH_COMPILE_OFF_HOLD`` is not an on/off switch;
             ``KBENCH_SANDBOX_LAYERS`` names an unknown layer.
     """
@@ -322,10 +322,9 @@ def _check_environment() -> None:
     except ValueError as e:
         raise ConfigError(str(e), fix=f"set {devshare.ENV}=0 to pass inputs through files, or unset it") from None
 
-    from .execution import build, memledger, sandbox, tritonkeep
+    from .execution import build, memledger, sandbox
 
     for check, fix in ((memledger.enabled, f"set {memledger.ENV}=0 or 1, or unset it (1)"),
-                       (tritonkeep.enabled, f"set {tritonkeep.ENV}=0 or 1, or unset it (0)"),
                        (build.pch_enabled, "set KBENCH_PCH=0 (no precompiled headers) or 1, or unset it (1)"),
                        (build.slim_headers_enabled, "set KBENCH_SLIM_HEADERS=0 or 1, or unset it (1)"),
                        (start_off_hold_enabled, f"set {START_OFF_HOLD_ENV}=0 or 1, or unset it (0)"),

@@ -41,7 +41,6 @@ from .quiet import in_tree, proc_stat
 from .sandbox import clean_environment, site_write_dirs
 from .scratch import HostDeviceLock, claim_scratch, device_lock_key, flock_holders, release_fd
 from .tensorio import LARGE_SET_BYTES, DTYPES, TensorFormatError, encode_value, nbytes_of, read_tensor, tensor_name, write_tensor
-from . import tritonkeep
 from .tritonseed import TritonSeed, make_seed, plant_seed
 from .verify import Comparison, compare_outputs, extra_check_verdict, flatten_outputs, lower_precision_bound_ok
 from .warm import module_nbytes, stable_compile_cache_keys, tensor_nbytes
@@ -233,16 +232,6 @@ def module_copy(model: Any, fn: Callable[[torch.Tensor], torch.Tensor], plain: b
             for t in (v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else (v,)):
                 add(t)
     return copy.deepcopy(model, memo)
-
-
-def _triton_version() -> str:
-    """Triton's version in this process ("none" without Triton): part of a kept Triton cache's key."""
-    try:
-        import triton
-
-        return str(triton.__version__)
-    except Exception:  # noqa: BLE001 - any failure to import is "no Triton"
-        return "none"
 
 
 def _host_build_hint(weights: Any, protocol: Protocol) -> str:
@@ -1331,8 +1320,7 @@ class DeviceEvaluator:
         device: ``"cpu"`` or ``"cuda"`` (the process should see exactly one GPU; set
             ``CUDA_VISIBLE_DEVICES`` before creating it).
         scratch_dir: where per-problem inputs and per-candidate folders go (tmpfs when possible).
-        build_cache: folder of prebuilt extensions (``kb_<hash>.so``, read here, written by the builders), and
-            with ``KBENCH_TRITON_KEEP=1`` of candidates' kept Triton caches (``triton-kept/``, written here).
+        build_cache: read-only folder of prebuilt extensions (``kb_<hash>.so``), shared with builders.
         start_method: ``zygote`` or ``spawn`` (see :mod:`.process`).
         memory_limit_bytes: resident-memory limit of a candidate process (host memory).
         sandbox: apply the sandbox (network, Landlock, limits) to candidate processes.
@@ -1397,11 +1385,6 @@ class DeviceEvaluator:
         self._triton_seed: TritonSeed | None = None
         self._triton_seed_tried = self.device.type != "cuda"
         self._job_triton_seeded = False
-        # a candidate's compiled Triton kernels kept for the next evaluation of the same source (.tritonkeep,
-        # KBENCH_TRITON_KEEP=1): the kept folder's key and whether this job's cache was planted from it
-        self.triton_keep = bool(build_cache) and self.device.type == "cuda" and tritonkeep.enabled()
-        self._kept_seen: dict[str, Any] = {}
-        self._job_kept: tuple[str, bool] | None = None
         self._contexts: dict[tuple[str, str, int], ProblemContext] = {}
         # (problem hash, protocol fingerprint) -> device bytes its reference's set-up took (_peak_during)
         self._setup_peaks: dict[tuple[str, str], int] = {}
@@ -2461,7 +2444,6 @@ class DeviceEvaluator:
         jobdir = Path(tempfile.mkdtemp(prefix="cand_", dir=self.scratch))
         try:
             res = self._run_candidate(job, ctx, jobdir, findings, phase, alternate=alternate, measured=measured)
-            res = self._keep_triton(jobdir, res)
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
         if res.extra.get("share_failed") and "out of memory" in res.error and self.memory_ledger is not None \
@@ -2484,7 +2466,6 @@ class DeviceEvaluator:
             try:
                 res = self._run_candidate(job, ctx, jobdir, findings, phase, alternate=alternate, measured=measured,
                                           files_only=True)
-                res = self._keep_triton(jobdir, res)
             finally:
                 shutil.rmtree(jobdir, ignore_errors=True)
         # baselines: only needed when the candidate produced a time
@@ -2686,28 +2667,6 @@ class DeviceEvaluator:
         for b in bufs:
             b.free()
 
-    def _kept_root(self) -> Path:
-        """The folder of candidates' kept Triton caches (:mod:`.tritonkeep`), in the build cache."""
-        return Path(self.build_cache) / "triton-kept"
-
-    def _keep_triton(self, jobdir: Path, res: EvalResult) -> EvalResult:
-        """After a candidate's process has ended (:meth:`_run_candidate`): where its Triton cache was not planted
-        from a kept one, keep it for the next evaluation of the same source (:func:`.tritonkeep.harvest`, less
-        Triton's host module from the seed). Records ``extra["triton_kept"]``: ``"planted"`` (this job's cache came
-        from a kept one), ``"kept"`` (kept now) or ``"none"``. No-op unless ``KBENCH_TRITON_KEEP=1``."""
-        if self._job_kept is None:
-            return res
-        key, planted = self._job_kept
-        self._job_kept = None
-        state = "planted" if planted else "none"
-        if not planted:
-            seed = self._triton_seed.digests if self._triton_seed is not None else {}
-            kept = tritonkeep.harvest(jobdir / "cache" / "triton", self._kept_root(), key, exclude=seed)
-            if kept is not None:
-                self._kept_seen[key] = kept
-                state = "kept"
-        return res.with_(extra={**res.extra, "triton_kept": state})
-
     def _child_job(self, job: EvalJob, ctx: ProblemContext, jobdir: Path,
                    shared: tuple[list[Any], dict[str, Any]] | None = None) -> dict[str, Any]:
         cand_path = jobdir / "candidate.py"
@@ -2715,11 +2674,6 @@ class DeviceEvaluator:
         for sub in ("home", "tmp", "build", "outputs"):
             (jobdir / sub).mkdir(exist_ok=True)
         self._job_triton_seeded = plant_seed(self._triton_seed, jobdir / "cache" / "triton")
-        self._job_kept = None
-        if self.triton_keep:
-            key = tritonkeep.kept_key(job.candidate.source, _triton_version(), torch.cuda.get_device_name(self.device))
-            self._job_kept = (key, tritonkeep.plant_kept(self._kept_root(), key, jobdir / "cache" / "triton",
-                                                         self._kept_seen))
         settings = _timing.TimerSettings.from_protocol(job.protocol, self.device)
 
         return {
