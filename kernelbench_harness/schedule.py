@@ -75,9 +75,10 @@ class Sizing:
     recurrent problems, the slowest to size, are neighbours in a run's order). :meth:`stop` kills them (a run that
     failed before it needed them).
 
-    With ``cache`` (a folder), sizes are kept between runs in ``sizes-torch<version>.json`` there, by the SHA-256 of
-    each problem's source: a problem sized before is not sized again, and a run whose problems were all sized
-    before starts no child. Sizes only order a run and mark its large problems (never a verdict); a cache file
+    With ``cache`` (a folder), sizes are kept between runs in ``sizes-v<format>-torch<version>.json`` there, by the
+    SHA-256 of each problem's source: a problem sized before is not sized again, and a run whose problems were all
+    sized before starts no child. A size the forward limit cut short (:data:`FORWARD_LIMIT_S`: it depends on the
+    host's load) is not kept. Sizes only order a run and mark its large problems (never a verdict); a cache file
     that cannot be read, or holds anything but sizes, is ignored and written anew.
 
     Args:
@@ -97,7 +98,13 @@ class Sizing:
         self._known = {k: self._kept[h] for k, h in self._hash.items() if h in self._kept}
         items = [(k, v) for k, v in codes.items() if str(k) not in self._known]
         n = max(1, min(workers if workers is not None else sizing_workers(len(items)), len(items)))
-        self._children = [_SizingChild(dict(items[i::n])) for i in range(n)] if items else []
+        self._children: list[_SizingChild] = []
+        try:
+            for i in range(n if items else 0):
+                self._children.append(_SizingChild(dict(items[i::n])))
+        except BaseException:  # (a full /tmp for a child's stdin, say): none of those started is left running
+            self.stop()
+            raise
 
     @property
     def _proc(self) -> Any:
@@ -114,8 +121,11 @@ class Sizing:
             return self._got
         end = time.monotonic() + timeout_s
         got: dict[str, int] = dict(self._known)
+        cut: set[str] = set()
         for ch in self._children:
-            part = ch.result(max(0.0, end - time.monotonic()))
+            # (a child that finished while an earlier one was waited for is read, even once the time is up)
+            part = ch.result(max(self.READ_GRACE_S, end - time.monotonic()))
+            cut |= ch.cut
             if ch.keys and not part:
                 self.stop()
                 got = {}
@@ -123,9 +133,12 @@ class Sizing:
             got.update(part)
         self._got = got
         if got and self._cache_file is not None and len(got) > len(self._known):
-            _write_sizes(self._cache_file, {**self._kept, **{self._hash[k]: v for k, v in got.items()
-                                                             if k in self._hash}})
+            _write_sizes(self._cache_file, {self._hash[k]: v for k, v in got.items()
+                                            if k in self._hash and k not in cut})
         return got
+
+    #: the least a child is given to be read after the time for all of them is up (it may have finished)
+    READ_GRACE_S = 1.0
 
     def stop(self) -> None:
         """Kill every child and its process group (see :meth:`_SizingChild.stop`)."""
@@ -134,6 +147,12 @@ class Sizing:
         if self._got is None:
             self._got = {}
 
+
+#: the sizes file's format (in its name): a change to what is counted starts a new file
+SIZES_FORMAT = 1
+
+#: the key of the sizing child's list of problems whose sizing the forward limit cut short
+_CUT = "__cut__"
 
 #: the most bytes a sizes file may have to be read (a folder others can write: never a reason to run out of memory)
 _SIZES_FILE_MAX_BYTES = 16 << 20
@@ -146,7 +165,7 @@ def _sizes_file(folder: Any) -> Any:
     import torch
 
     version = "".join(c if c.isalnum() or c in ".+-_" else "_" for c in str(torch.__version__))
-    return Path(folder) / f"sizes-torch{version}.json"
+    return Path(folder) / f"sizes-v{SIZES_FORMAT}-torch{version}.json"
 
 
 def _read_sizes(path: Any) -> dict[str, int]:
@@ -168,18 +187,21 @@ def _read_sizes(path: Any) -> dict[str, int]:
 
 
 def _write_sizes(path: Any, sizes: Mapping[str, int]) -> None:
-    """Write ``sizes`` to ``path`` through a new file renamed over it (a reader sees the old file or the new one);
-    a failure to write is logged and otherwise ignored (the next run sizes again)."""
+    """Add ``sizes`` to those in ``path`` (read again just before: another run's new ones are kept too), through
+    a new file renamed over it (a reader sees the old file or the new one; readable by all, as the build cache's
+    other files); a failure to write is logged and otherwise ignored (the next run sizes again)."""
     import json
     import logging
     import os
     import tempfile
 
     try:
+        merged = {**_read_sizes(path), **sizes}
         fd, tmp = tempfile.mkstemp(prefix=".sizes-", dir=str(path.parent))
         try:
+            os.fchmod(fd, 0o644)
             with os.fdopen(fd, "w") as f:
-                json.dump(dict(sizes), f, sort_keys=True)
+                json.dump(merged, f, sort_keys=True)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
@@ -204,6 +226,7 @@ class _SizingChild:
 
         self.keys = set(map(str, codes))
         self._got: dict[str, int] | None = None
+        self.cut: set[str] = set()  # keys whose sizing the forward limit cut short
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self._proc: subprocess.Popen[str] | None = None
         with tempfile.TemporaryFile("w+") as f:  # the child's stdin: the sources can be MiBs (no pipe to fill)
@@ -229,6 +252,8 @@ class _SizingChild:
             out, _err = self._proc.communicate(timeout=timeout_s)
             self._kill_group()  # what a problem started and left running (the child itself has exited)
             got = json.loads(out.strip().splitlines()[-1]) if self._proc.returncode == 0 and out.strip() else {}
+            cut = got.pop(_CUT, []) if isinstance(got, dict) else []
+            self.cut = {str(k) for k in cut} if isinstance(cut, list) else set()
         except subprocess.TimeoutExpired:
             self.stop()
             got = {}
@@ -286,6 +311,7 @@ def _main() -> None:
 
     codes = json.loads(sys.stdin.read())
     sizes: dict[str, int] = {}
+    cut: list[str] = []  # sized by what was sized when the limit came: not kept between runs
     signal.signal(signal.SIGALRM, _raise_timeout)  # each problem's limit (_problem_nbytes)
     with torch.no_grad():  # torch's one-time set-up for meta tensors, outside any problem's limit
         torch.nn.functional.linear(torch.ones(2, 2, device="meta"), torch.ones(2, 2, device="meta")).mul(2).sum()
@@ -294,14 +320,16 @@ def _main() -> None:
         try:
             with warnings.catch_warnings():  # the problems' own warnings belong to their evaluation
                 warnings.simplefilter("ignore")
-                sizes[key] = _problem_nbytes(code, FORWARD_LIMIT_S)
+                sizes[key], was_cut = _problem_nbytes_cut(code, FORWARD_LIMIT_S)
+                if was_cut:
+                    cut.append(key)
         except BaseException:  # noqa: BLE001 - SystemExit and kin from a problem: that one is unsized
             sizes[key] = -1
         finally:  # what one problem changed of torch's defaults does not size the next
             torch.set_default_dtype(dtype)
             torch.set_default_device(None)
             torch.set_grad_enabled(True)
-    sys.stdout.write("\n" + json.dumps(sizes) + "\n")
+    sys.stdout.write("\n" + json.dumps({**sizes, _CUT: cut}) + "\n")
     sys.stdout.flush()
 
 
@@ -337,6 +365,12 @@ def _raise_timeout(signum: int, frame: object) -> None:
 
 
 def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
+    return _problem_nbytes_cut(code, forward_limit_s)[0]
+
+
+def _problem_nbytes_cut(code: str, forward_limit_s: float | None = None) -> tuple[int, bool]:
+    """``(bytes, cut)``: :func:`_problem_nbytes`, and whether the limit cut the sizing short (twice), so that the
+    bytes are what was sized by then (they depend on the host's load: never kept between runs)."""
     import torch
 
     from .execution.warm import meta_input_nbytes, module_nbytes, tensor_nbytes
@@ -345,10 +379,10 @@ def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
     try:
         exec(compile(code, "<problem>", "exec"), mod.__dict__)
     except Exception:  # noqa: BLE001 - a broken problem is reported where it is evaluated
-        return -1
+        return -1, False
     n_in = meta_input_nbytes(torch, mod)
     if n_in < 0:
-        return -1
+        return -1, False
     import signal
 
     # the limit: a SIGALRM timer, for the sizing child only (_main installs the handler in its main thread; no
@@ -379,8 +413,8 @@ def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
 
     got, cut = attempt()
     if cut:  # once more: torch's one-time set-up of an op on meta tensors may have taken the limit
-        got, _cut = attempt()
-    return got
+        got, cut = attempt()
+    return got, cut
 
 
 def interleave_large(keys: Sequence[K], nbytes: Mapping[K, int], min_bytes: int = LARGE_PROBLEM_BYTES) -> list[K]:

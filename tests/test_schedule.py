@@ -331,7 +331,7 @@ def test_sizes_are_kept_between_runs_by_the_sources_hash_and_a_bad_file_is_ignor
     codes = {"big": ELEMENTWISE.replace("N", "393216"), "small": ELEMENTWISE.replace("N", "8")}
     first = Sizing(codes, cache=tmp_path).result(120)
     assert first["big"] == 12 * GIB and len(first) == 2
-    files = list(tmp_path.glob("sizes-torch*.json"))
+    files = list(tmp_path.glob("sizes-v1-torch*.json"))
     assert len(files) == 1 and sorted(json.loads(files[0].read_text()).values()) == sorted(first.values())
 
     started: list[dict] = []
@@ -349,3 +349,39 @@ def test_sizes_are_kept_between_runs_by_the_sources_hash_and_a_bad_file_is_ignor
     assert len(json.loads(files[0].read_text())) == 2
     files[0].write_text("[1, 2")  # not JSON
     assert Sizing(codes, cache=tmp_path).result(120) == first
+
+
+def test_a_size_the_forward_limit_cut_short_is_not_kept_and_a_failed_start_leaves_no_child(tmp_path, monkeypatch):
+    """A size cut by the forward limit depends on the host's load: used by the run, not kept for the next. A child
+    that cannot start stops those started before it."""
+    import json
+
+    from kernelbench_harness import schedule
+    from kernelbench_harness.schedule import Sizing
+
+    slow = ELEMENTWISE.replace("return x * 2", "import time\n        time.sleep(5)\n        return x * 2").replace("N", "8")
+    assert "time.sleep(5)" in slow
+    codes = {"slow": slow, "small": ELEMENTWISE.replace("N", "8")}
+    got = Sizing(codes, workers=1, cache=tmp_path).result(120)
+    assert set(got) == {"slow", "small"} and got["slow"] > 0  # sized by what was sized by then: its input
+    kept = json.loads(next(tmp_path.glob("sizes-v1-torch*.json")).read_text())
+    assert list(kept.values()) == [got["small"]]  # only the small one's
+
+    stopped: list[int] = []
+
+    class Child:
+        made = 0
+
+        def __init__(self, codes):
+            Child.made += 1
+            if Child.made == 2:
+                raise OSError("no space left for the child's stdin")
+            self.keys, self.cut = set(codes), set()
+
+        def stop(self):
+            stopped.append(1)
+
+    monkeypatch.setattr(schedule, "_SizingChild", Child)
+    with pytest.raises(OSError):
+        Sizing(codes, workers=2)
+    assert stopped == [1]
