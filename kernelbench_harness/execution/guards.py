@@ -68,6 +68,9 @@ _THREAD_MODULES = {"threading", "_thread", "multiprocessing", "concurrent", "con
                    "torch.multiprocessing"}
 _SIGNAL_CALLS = {"signal.signal", "signal.setitimer", "signal.alarm", "signal.set_wakeup_fd", "signal.pthread_kill",
                  "signal.raise_signal", "os.kill", "os.killpg"}
+#: a module's own identity: a candidate that sets one of these poses as another module (a relative import then
+#: resolves into that package)
+_MODULE_IDENTITY = {"__package__", "__spec__", "__name__", "__path__", "__loader__", "__file__"}
 _INTROSPECTION_MODULES = {"gc", "inspect", "traceback", "kernelbench_harness", "__main__", "builtins", "importlib",
                           "runpy", "code", "codeop", "marshal", "pickle", "dill", "cloudpickle"}
 _INTROSPECTION_ATTRS = {"_getframe", "getframe", "f_back", "f_globals", "f_locals", "f_code", "get_objects",
@@ -255,6 +258,12 @@ def static_findings(source: str) -> list[Finding]:
             out.append(_f("static.reference-use", Severity.CHEAT, "no-custom-kernel", "uses the reference Model", n))
         elif isinstance(n, ast.Name) and n.id == "__builtins__":
             out.append(_f("static.introspection", Severity.CHEAT, "introspection", "uses __builtins__", n))
+        elif isinstance(n, ast.ImportFrom) and n.level:
+            # a candidate is one file, not a package: a relative import only resolves through a __package__ it set,
+            # into the harness's own modules beside the worker (one reached the worker's job object that way and
+            # rewrote the times it sent: tests/exploits/candidates/relative_import_send_hijack.py)
+            out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                          f"relative import from {'.' * n.level}{n.module or ''}", n))
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             if isinstance(n, ast.Import):
                 mods = [a.name for a in n.names]
@@ -349,6 +358,10 @@ def static_findings(source: str) -> list[Finding]:
             for t in targets:
                 for tt in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
                     _check_store(canon(tt), n, out)
+                    if isinstance(tt, ast.Name) and tt.id in _MODULE_IDENTITY:
+                        # what the module's relative imports and pickling resolve against: set, it reaches other
+                        # packages' modules (the harness's own) without importing them by name
+                        out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"sets {tt.id}", n))
         elif isinstance(n, ast.Delete):
             for t in n.targets:
                 name = canon(t)

@@ -172,7 +172,7 @@ def host_work(on: bool, what: str = "triton_compile") -> None:
     else:
         j._add_phase("jit_compile", _perf_counter() - j.host_work_t0)
         j._add_phase("jit_compiles", 1.0)
-    j.send({"event": "host_work", "on": bool(on), "what": str(what)[:100]})
+    _Job.send(j, {"event": "host_work", "on": bool(on), "what": str(what)[:100]})
 
 
 def _quietly(fn: Any, *args: Any) -> None:
@@ -415,6 +415,18 @@ class _Job:
 
     # -- helpers -----------------------------------------------------------------------------
     def send(self, obj: dict[str, Any]) -> None:
+        """Send ``obj`` to the trusted side, with the findings gathered since the last message. Called through the
+        class (``_Job.send(job, obj)``), never through the object: a candidate that reached the job object could
+        shadow a method with an attribute of its own (the harness's job object had ``send`` replaced so that every
+        time it sent was divided by 1000); such an attribute is reported and removed here."""
+        own = object.__getattribute__(self, "__dict__")
+        shadowed = [k for k in list(own) if k in _JOB_METHODS]
+        if shadowed:
+            for k in shadowed:
+                own.pop(k, None)
+            self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+                                          "the harness's job object had its method(s) shadowed: " +
+                                          ", ".join(shadowed[:8])))
         chan = _CHANNEL[0]
         if self.chan is not chan or _type(chan).send is not _CHANNEL_SEND or chan.sock is not _CHANNEL_SOCK[0]:
             # the candidate swapped the channel (or its send) to rewrite what reaches the trusted side
@@ -524,7 +536,7 @@ class _Job:
         """Ask the trusted side to put input set ``idx`` into the one shared staging buffer (input sets too
         large to share all at once, see DeviceEvaluator._share_sets); returns the set's description,
         whose tensors are views of that buffer until the next request."""
-        self.send({"event": "need_set", "set": idx})
+        _Job.send(self, {"event": "need_set", "set": idx})
         reply = self.chan.recv()
         if reply.get("cmd") != "set_ready" or reply.get("set") != idx or not _isinstance(reply.get("items"), list):
             raise RuntimeError(f"harness protocol: expected input set {idx}, got {str(reply)[:200]}")
@@ -593,12 +605,12 @@ class _Job:
             exec(code, mod.__dict__)
         except CandidateBuildError as e:
             self.phase_s["build"] = _perf_counter() - t0
-            self.send({"event": "built", "ok": False, "kind": "compile_error", "error": _tail(str(e)),
+            _Job.send(self, {"event": "built", "ok": False, "kind": "compile_error", "error": _tail(str(e)),
                        "build": self.record.to_dict(), "phase_s": self.phase_s})
             return None
         except SyntaxError as e:
             self.phase_s["build"] = _perf_counter() - t0
-            self.send({"event": "built", "ok": False, "kind": "compile_error",
+            _Job.send(self, {"event": "built", "ok": False, "kind": "compile_error",
                        "error": f"SyntaxError: {e.msg} (line {e.lineno})", "build": self.record.to_dict(),
                        "phase_s": self.phase_s})
             return None
@@ -606,20 +618,20 @@ class _Job:
             self.phase_s["build"] = _perf_counter() - t0
             kind = _classify_exception(e)
             err = with_no_gpu_hint(_tail(traceback.format_exc()), self.device.type)
-            self.send({"event": "built", "ok": False, "kind": "compile_error" if kind != "oom" else "oom",
+            _Job.send(self, {"event": "built", "ok": False, "kind": "compile_error" if kind != "oom" else "oom",
                        "import_error": True, "error": err,
                        "build": self.record.to_dict(), "phase_s": self.phase_s})
             return None
         self.phase_s["build"] = _perf_counter() - t0
         self.check_integrity("after import")
         if not hasattr(mod, "ModelNew"):
-            self.send({"event": "built", "ok": False, "kind": "runtime_error",
+            _Job.send(self, {"event": "built", "ok": False, "kind": "runtime_error",
                        "error": "the candidate defines no ModelNew", "build": self.record.to_dict(),
                        "phase_s": self.phase_s})
             return None
         if self.device.type == "cuda" and torch.cuda.is_initialized():
             self.sync()  # device work the import started is done before the answer (a yield point follows)
-        self.send({"event": "built", "ok": True, "build": self.record.to_dict(), "phase_s": self.phase_s})
+        _Job.send(self, {"event": "built", "ok": True, "build": self.record.to_dict(), "phase_s": self.phase_s})
         return mod
 
     def construct(self, mod: types.ModuleType) -> None:
@@ -725,7 +737,7 @@ class _Job:
         # every name that holds one of this call's copies (the loops' last items included) goes first
         out = outs = o = snap = pristine = call_args = a = b = None
         self.release_large()
-        self.send({"event": "output", "set": idx, "where": where, "descs": descs, "launches": launches,
+        _Job.send(self, {"event": "output", "set": idx, "where": where, "descs": descs, "launches": launches,
                    "seconds": round(dt, 4)})
         return True
 
@@ -755,7 +767,7 @@ class _Job:
         except Exception as e:  # noqa: BLE001 - the harness's extra call failed (memory, say): no judgement
             msg = {"event": "ablation", "set": idx, "round": round_, "skipped": f"failed: {type(e).__name__}"}
         self.check_integrity("after the kernel-ablation call")
-        self.send(msg)
+        _Job.send(self, msg)
 
     def _ablation(self, idx: int, round_: int) -> dict[str, Any]:
         msg: dict[str, Any] = {"event": "ablation", "set": idx, "round": round_}
@@ -964,7 +976,7 @@ class _Job:
             # turns; the timing buffer kept for the in-place re-check stays, and is counted)
             timed.pop("out", None)
             self.release_large()
-        self.send(msg)
+        _Job.send(self, msg)
 
     def recheck(self, idx: int, inplace: bool) -> None:
         """Fresh values; with ``inplace`` they are copied into the buffers used during timing, so a
@@ -987,6 +999,10 @@ class _Job:
                                                   f"forward wrote into input {n} (recheck in the timing buffers)"))
         else:
             self.run_trial(idx, where="recheck")
+
+
+#: the names of the job object's methods: an attribute of the object under one of them shadows it (_Job.send)
+_JOB_METHODS = frozenset(k for k, v in vars(_Job).items() if callable(v) or isinstance(v, (staticmethod, classmethod)))
 
 
 class _PoisonEmpty(torch.overrides.TorchFunctionMode):
@@ -1044,7 +1060,7 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
             return 0
         j.construct(mod)
         j.sync()  # the model's set-up on the device is done before the answer (a yield point follows)
-        j.send({"event": "constructed", "weights": j.weights_info, "phase_s": j.phase_s})
+        _Job.send(j, {"event": "constructed", "weights": j.weights_info, "phase_s": j.phase_s})
         if chan.recv().get("cmd") == "next":
             for idx in range(int(job["n_correct"])):
                 j.run_trial(idx)
@@ -1057,12 +1073,12 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
         j.sync()
         # its findings travel with this answer; after it, this process waits (the trusted side may give the
         # device to another slot's timing window there)
-        j.send({"event": "watched"})
+        _Job.send(j, {"event": "watched"})
         while True:
             cmd = chan.recv()
             c = cmd.get("cmd")
             if c == "profile":
-                j.send({"event": "profile", "profile": j.profile_kernels(int(cmd.get("set", 0)))})
+                _Job.send(j, {"event": "profile", "profile": j.profile_kernels(int(cmd.get("set", 0)))})
             elif c == "time":
                 j.time_it(cmd.get("timer"))
             elif c == "recheck":
@@ -1071,14 +1087,14 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
                 j.ablate(int(cmd["set"]), int(cmd["round"]))
             elif c == "finish":
                 j.check_integrity("at the end")
-                j.send({"event": "done", "phase_s": j.phase_s, "build": j.record.to_dict(),
+                _Job.send(j, {"event": "done", "phase_s": j.phase_s, "build": j.record.to_dict(),
                         "triton": dict(j.launches.names), "device_peak_bytes": _device_peak_bytes()})
                 return 0
             else:
                 return 0
     except BaseException as e:  # candidate failure at run time: report and exit
         try:
-            j.send({"event": "error", "kind": _classify_exception(e), "error": _tail(traceback.format_exc())})
+            _Job.send(j, {"event": "error", "kind": _classify_exception(e), "error": _tail(traceback.format_exc())})
         except Exception:
             pass
         return 1
