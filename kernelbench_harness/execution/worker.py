@@ -931,6 +931,10 @@ class _Job:
             timed["out"], timed["set"] = out, j  # the last call is a timed one: judged afterwards
             return out
 
+        # custom-kernel launches before timing (the correctness calls') and during it: a candidate that ran its kernels
+        # where it was judged and none where it was timed (it told the timing loop's calls apart, by the time between
+        # them, say, and ran PyTorch there) timed something else than what was judged
+        tl_before, calls_before = self.launches.triton, sum(self.record.calls.values())
         t0 = _perf_counter()
         # between placements (protocol.placements) the buffers move to new memory: ``sets`` is replaced
         # in place, so fn and refresh index the moved tensors
@@ -942,6 +946,16 @@ class _Job:
             placer.release()  # the earlier placements' copies, back to the driver
         info["placements_moved"], info["placements_skipped"] = placer.moved, placer.skipped
         self.phase_s["time"] = self.phase_s.get("time", 0.0) + _perf_counter() - t0
+        timed_launches = self.launches.triton - tl_before
+        timed_ext_calls = sum(self.record.calls.values()) - calls_before
+        info["timed_triton_launches"], info["timed_extension_calls"] = timed_launches, timed_ext_calls
+        if (tl_before > 0 and timed_launches == 0 and timed_ext_calls == 0) or \
+                (calls_before > 0 and timed_ext_calls == 0 and timed_launches == 0):
+            self.findings.append(_finding("runtime.kernel-launch", "cheat", "kernel-not-executed",
+                                          "its custom kernels ran in the correctness calls but not in the timed "
+                                          f"ones ({tl_before} Triton launch(es) and {calls_before} extension "
+                                          "call(s) before timing, none while timed): what was timed is not what "
+                                          "was judged"))
         self.sync()
         for j in range(k):  # inputs unchanged by the timed calls?
             for n, (buf, src) in enumerate(zip(sets[j], base[j])):
