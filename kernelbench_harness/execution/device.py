@@ -690,6 +690,9 @@ class ProblemContext:
         else:
             seeds = [_derive_seed(run_seed, problem.code_sha256, "inputs", i) for i in range(n_sets)]
             self.weights_seed = _derive_seed(run_seed, problem.code_sha256, "weights")
+        #: the key of the timed rounds' refreshed values (timing.keyed_round): from the run's secret seed, so that a
+        #: candidate cannot compute a round's values before its call receives them
+        self.refresh_key = _derive_seed(run_seed, problem.code_sha256, "refresh") or 1
         self.seeds = seeds
         with off_device():
             try:
@@ -1127,6 +1130,7 @@ class ProblemContext:
             "state_dict": self.state_enc,
             "weights_seed": self.weights_seed,
             "weights_device": self.weights_drawn_on,
+            "refresh_key": self.refresh_key,
             "n_correct": self.n_correct,
             "timing_sets": self.timing_sets,
             "out_nbytes": self.out_nbytes,
@@ -1205,8 +1209,8 @@ class ProblemContext:
             raw = self.set_values(set_idx)
             vals = _cast_set(raw, self.dtype, self.cast_all)
             if round_ is not None:
-                vals = [_timing.refresh_values(v, round_) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                        else v for v in vals]
+                vals = [_timing.refresh_values(v, round_, key=self.refresh_key)
+                        if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in vals]
             return raw, vals
 
         # out of device memory: once more on the path that needs less

@@ -66,6 +66,8 @@ reports the replacement).
 
 from __future__ import annotations
 
+import hashlib
+
 import dataclasses
 import math
 import statistics
@@ -110,7 +112,20 @@ _isinstance = isinstance
 REFRESH_WIGGLE = 2.0 ** -12
 
 
-def refresh_values(src: torch.Tensor, round_: int, out: torch.Tensor | None = None) -> torch.Tensor:
+def keyed_round(round_: int, key: int) -> int:
+    """The round :func:`refresh_values` draws its parameters from: ``round_`` itself for ``key`` 0, else a 64-bit
+    BLAKE2b of both. With the job's secret key (the trusted side's, per run and problem), a candidate that knows
+    the formula cannot compute a timed round's values ahead of the call that receives them: it found the public
+    rounds 0-2000 for every set while it was judged, and returned looked-up outputs while timed (helper-56's attack
+    E, judged correct at 1.8-2.0x against eager)."""
+    r = int(round_)
+    if not key:
+        return r
+    digest = hashlib.blake2b(f"{int(key)}:{r}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def refresh_values(src: torch.Tensor, round_: int, out: torch.Tensor | None = None, key: int = 0) -> torch.Tensor:
     """The values a floating input holds in timed round ``round_`` (EXPLOITS K-16), computed the same
     way by the candidate process (into its buffers, before each timed trial) and by the trusted side
     (to judge the output of a timed call)::
@@ -129,12 +144,13 @@ def refresh_values(src: torch.Tensor, round_: int, out: torch.Tensor | None = No
         src: the input set's floating tensor as stored (any shape, the run's floating dtype).
         round_: the refresh round (>= 0), counted across the run's timed blocks.
         out: optional destination, same shape and dtype as ``src``.
+        key: the job's refresh key (0: none; :func:`keyed_round` then gives ``round_``, as before keys).
 
     Returns:
         ``out`` (or a new tensor) holding the refreshed values; deterministic for a given device,
-        dtype and ``round_``.
+        dtype, ``round_`` and ``key``.
     """
-    r = int(round_)
+    r = keyed_round(round_, key)
     scale = 1.0 + (1 if r % 2 else -1) * ((r // 2) % 1000 + 1) * 2.0 ** -17
     # float32 arithmetic for half-precision inputs, and a wiggle of at least two of their ulps, so the
     # values do change there too

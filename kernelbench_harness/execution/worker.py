@@ -383,6 +383,7 @@ class _Job:
         (self.dir / "outputs").mkdir(parents=True, exist_ok=True)
         self.device = torch.device(job["device"])
         self.protocol: dict[str, Any] = job["protocol"]
+        self.refresh_key = int(job.get("refresh_key") or 0)  # timing.keyed_round: the trusted side's secret
         self.precision = _DTYPE[self.protocol.get("precision", "fp32")]
         self.findings: list[dict[str, Any]] = []
         self.record = BuildRecord()
@@ -780,7 +781,8 @@ class _Job:
             msg["skipped"] = "no floating input to give new values"
         if "skipped" in msg:
             return msg
-        fresh = [_timing.refresh_values(x, round_) if _isinstance(x, torch.Tensor) and x.is_floating_point()
+        fresh = [_timing.refresh_values(x, round_, key=self.refresh_key)
+                 if _isinstance(x, torch.Tensor) and x.is_floating_point()
                  else x.clone() if _isinstance(x, torch.Tensor) else x for x in base]
         self.launches.suppress, self.launches.suppressed = True, 0
         try:
@@ -899,7 +901,7 @@ class _Job:
             for buf, src in zip(sets[j], base[j]):
                 if _isinstance(buf, torch.Tensor):
                     if buf.is_floating_point():
-                        _timing.refresh_values(src, r, out=buf)
+                        _timing.refresh_values(src, r, out=buf, key=self.refresh_key)
                     else:
                         torch.autograd.graph.increment_version(buf)
             last_round[j] = r
@@ -962,7 +964,7 @@ class _Job:
                 if not _isinstance(buf, torch.Tensor):
                     continue
                 want = (src if last_round[j] is None or not buf.is_floating_point()
-                        else _timing.refresh_values(src, last_round[j]))
+                        else _timing.refresh_values(src, last_round[j], key=self.refresh_key))
                 if not _same(buf, want):
                     self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
                                                   f"forward wrote into input {n} during timing (set {j})"))

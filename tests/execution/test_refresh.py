@@ -97,3 +97,19 @@ def test_an_input_that_requires_grad_is_refreshed_to_the_same_values():
     half = torch.randn(64, dtype=torch.float16, requires_grad=True)
     assert torch.equal(refresh_values(half, 2).detach(), refresh_values(half.detach(), 2))
     assert not x.grad  # nothing flowed into the input
+
+
+def test_keyed_rounds_are_the_public_ones_without_a_key_and_unpredictable_with_one():
+    """timing.keyed_round: key 0 leaves the round as it is (the values as before keys); with the trusted side's key,
+    a timed round's values are none of the public rounds' a candidate could compute ahead (helper-56's attack E)."""
+    from kernelbench_harness.execution.timing import keyed_round
+
+    x = torch.linspace(-3, 3, 64)
+    assert keyed_round(7, 0) == 7 and torch.equal(refresh_values(x, 7, key=0), refresh_values(x, 7))
+    assert keyed_round(7, 12345) == keyed_round(7, 12345) != keyed_round(7, 12346)
+    public = [refresh_values(x, r) for r in range(2000)]
+    for r in range(20):
+        y = refresh_values(x, r, key=987654321)
+        assert not any(torch.equal(y, p) for p in public)
+        assert torch.equal(y, refresh_values(x, r, key=987654321))  # the trusted side computes the same values
+        assert bool((torch.diff(y) > 0).all())  # still increasing: the problem's structure is kept
