@@ -474,6 +474,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     startup_s = {"process_to_executor": _process_age_s(), "to_run": age_at_run,
                  "run_to_executor": round(time.perf_counter() - t_run, 3)}
     sizing = _start_sizing(cfg, problems, build_cache)  # beside the slots' start-up
+    # (seconds of silence otherwise: each slot imports torch and sets its device up before the first result)
+    prog.note(f"starting the device worker(s) for {len(problems)} problem(s)")
     try:
         executor = _make_executor(cfg, build_cache)
     except BaseException:

@@ -172,7 +172,7 @@ def host_work(on: bool, what: str = "triton_compile") -> None:
     else:
         j._add_phase("jit_compile", _perf_counter() - j.host_work_t0)
         j._add_phase("jit_compiles", 1.0)
-    _Job.send(j, {"event": "host_work", "on": bool(on), "what": str(what)[:100]})
+    _type(j).send(j, {"event": "host_work", "on": bool(on), "what": str(what)[:100]})  # the class's, not the object's
 
 
 def _quietly(fn: Any, *args: Any) -> None:
