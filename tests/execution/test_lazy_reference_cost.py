@@ -174,7 +174,7 @@ def test_a_reference_that_writes_into_its_inputs(tmp_path: Path, monkeypatch: py
         for round_ in (None, 3):
             x = ctx.sets_cpu[i][0]
             if round_ is not None:
-                x = _timing.refresh_values(x, round_)
+                x = _timing.refresh_values(x, round_, key=ctx.refresh_key)
             want_ref, want64 = [x * 2.0 + 1.0], [x.double() * 2.0 + 1.0]
             outs = _near(want_ref, gen)
             got = ctx.compare_on(i, round_, outs) if round_ is not None or lazy else ctx.compare(outs, i)
@@ -196,7 +196,7 @@ def test_refreshed_lazy_comparison_equals_stored(tmp_path: Path, monkeypatch: py
     lazy = _context(tmp_path, monkeypatch, COUNTED, lazy=True, protocol=protocol)
     gen = torch.Generator().manual_seed(3)
     for i in range(protocol.correct_trials + 1):
-        x = _timing.refresh_values(stored.sets_cpu[i][0].to(stored.dtype), 7)
+        x = _timing.refresh_values(stored.sets_cpu[i][0].to(stored.dtype), 7, key=stored.refresh_key)
         for scale in (1e-3, 0.0):
             outs = [(x * 2.0 + 1.0) + scale * torch.randn(x.shape, generator=gen).to(x.dtype)]
             want = stored.compare_on(i, 7, outs)

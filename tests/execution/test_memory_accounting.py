@@ -385,7 +385,6 @@ def _trial_job(events: list, nbytes_out: int):
     job.sync = lambda: None
     job.describe_output = lambda o, name: {"shape": list(o.shape)}
     job.check_integrity = lambda where: None
-    job.send = lambda msg: events.append(("send", msg["event"]))
 
     def release_large():
         held = [v for k, v in sys._getframe(1).f_locals.items() if isinstance(v, torch.Tensor)
@@ -395,12 +394,14 @@ def _trial_job(events: list, nbytes_out: int):
     return job
 
 
-def test_a_trial_hands_its_copies_back_before_it_reports_the_output():
+def test_a_trial_hands_its_copies_back_before_it_reports_the_output(monkeypatch):
     # the trusted side judges as soon as the message arrives: the hand-back comes first, and no name in the
     # trial still holds one of its copies (the clone, the pristine copy, the output, the loops' last items);
     # only the process's own copy of the set (``inputs``, cached) stays
     events: list = []
     job = _trial_job(events, 256 * 256 * 4)
+    # (the worker sends through its class, _Job.send(job, msg))
+    monkeypatch.setattr(worker_mod._Job, "send", lambda self, msg: events.append(("send", msg["event"])))
     assert worker_mod._Job.run_trial(job, 0)
     assert events == [("release", 0), ("send", "output")]
 
@@ -666,7 +667,8 @@ def test_a_jobs_judging_holds_what_its_claim_counts(tmp_path, monkeypatch, code,
     for round_ in (None, 3):
         vals = device_mod._cast_set(ctx.set_values(0), ctx.dtype, ctx.cast_all)
         if round_ is not None:
-            vals = [device_mod._timing.refresh_values(v, round_) if v.is_floating_point() else v for v in vals]
+            vals = [device_mod._timing.refresh_values(v, round_, key=ctx.refresh_key) if v.is_floating_point() else v
+                    for v in vals]
         outs = [ctx.model(*vals).detach().clone()]  # the candidate's output, copied out
         del vals
         with _LiveBytes() as live:

@@ -313,7 +313,7 @@ def test_staged_sets_reach_the_candidate_one_request_at_a_time(tmp_path: Path, m
         sent.append(obj)
         assert obj["event"] == "need_set"
         ev._stage_set(trusted_h, ctx, obj)
-    job.send = worker_send
+    monkeypatch.setattr(worker_mod._Job, "send", lambda self, obj: worker_send(obj))  # it sends through its class
     monkeypatch.setitem(worker_mod._MAPPED, ("set", 0), staging.tensor)
 
     got = [job.load_set(i) for i in range(ctx.n_sets)]
@@ -341,7 +341,8 @@ def test_staged_sets_reach_the_candidate_one_request_at_a_time(tmp_path: Path, m
         ev._stage_set(trusted_h, ctx, {"event": "need_set", "set": 0})
     # an answer for another set than asked is refused by the worker
     job.sets_cache = {}
-    job.send = lambda obj: trusted_h.chan.send({"cmd": "set_ready", "set": 0, "items": []})
+    monkeypatch.setattr(worker_mod._Job, "send",
+                        lambda self, obj: trusted_h.chan.send({"cmd": "set_ready", "set": 0, "items": []}))
     with pytest.raises(RuntimeError, match="expected input set 2"):
         job.load_set(2)
 
