@@ -734,6 +734,9 @@ class _Job:
         self.check_integrity(f"after {where} call on set {idx}")
         launches = {"extension_calls": sum(self.record.calls.values()) - calls0,
                     "triton_launches": self.launches.triton - tl0}
+        if where == "correctness":  # the fewest custom-kernel launches one judged call made (time_it's check)
+            per_call = launches["extension_calls"] + launches["triton_launches"]
+            self.trial_launch_floor = min(per_call, getattr(self, "trial_launch_floor", per_call))
         self._add_phase("trial_checks", _perf_counter() - t0 - dt)
         # every name that holds one of this call's copies (the loops' last items included) goes first
         out = outs = o = snap = pristine = call_args = a = b = None
@@ -916,6 +919,7 @@ class _Job:
 
         def fn(i: int) -> Any:
             j = (first + i) % k
+            n_calls[0] += 1
             if nograd:
                 with torch.no_grad():
                     out = model(*sets[j])
@@ -937,6 +941,7 @@ class _Job:
         # where it was judged and none where it was timed (it told the timing loop's calls apart, by the time between
         # them, say, and ran PyTorch there) timed something else than what was judged
         tl_before, calls_before = self.launches.triton, sum(self.record.calls.values())
+        n_calls = [0]
         t0 = _perf_counter()
         # between placements (protocol.placements) the buffers move to new memory: ``sets`` is replaced
         # in place, so fn and refresh index the moved tensors
@@ -951,13 +956,14 @@ class _Job:
         timed_launches = self.launches.triton - tl_before
         timed_ext_calls = sum(self.record.calls.values()) - calls_before
         info["timed_triton_launches"], info["timed_extension_calls"] = timed_launches, timed_ext_calls
-        if (tl_before > 0 and timed_launches == 0 and timed_ext_calls == 0) or \
-                (calls_before > 0 and timed_ext_calls == 0 and timed_launches == 0):
+        info["timed_calls"] = n_calls[0]
+        floor = int(getattr(self, "trial_launch_floor", 0))
+        if floor > 0 and n_calls[0] > 0 and 2 * (timed_launches + timed_ext_calls) < floor * n_calls[0]:
+            # every judged call launched at least ``floor`` custom kernels; the timed calls, fewer than half that
             self.findings.append(_finding("runtime.kernel-launch", "cheat", "kernel-not-executed",
-                                          "its custom kernels ran in the correctness calls but not in the timed "
-                                          f"ones ({tl_before} Triton launch(es) and {calls_before} extension "
-                                          "call(s) before timing, none while timed): what was timed is not what "
-                                          "was judged"))
+                                          f"each judged call launched at least {floor} custom kernel(s), the "
+                                          f"{n_calls[0]} timed calls {timed_launches + timed_ext_calls} in all: "
+                                          "what was timed is not what was judged"))
         self.sync()
         for j in range(k):  # inputs unchanged by the timed calls?
             for n, (buf, src) in enumerate(zip(sets[j], base[j])):
