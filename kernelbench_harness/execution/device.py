@@ -16,6 +16,7 @@ import copy
 import gc
 import dataclasses
 import hashlib
+import secrets
 import logging
 import os
 import shutil
@@ -690,9 +691,10 @@ class ProblemContext:
         else:
             seeds = [_derive_seed(run_seed, problem.code_sha256, "inputs", i) for i in range(n_sets)]
             self.weights_seed = _derive_seed(run_seed, problem.code_sha256, "weights")
-        #: the key of the timed rounds' refreshed values (timing.keyed_round): from the run's secret seed, so that a
-        #: candidate cannot compute a round's values before its call receives them
-        self.refresh_key = _derive_seed(run_seed, problem.code_sha256, "refresh") or 1
+        #: the key of the timed rounds' refreshed values (timing.keyed_round): 63 random bits of this context's own
+        #: (the trusted side and the job's worker use the same; nothing else needs it), so that a candidate cannot
+        #: compute a round's values before its call receives them
+        self.refresh_key = secrets.randbits(63) | 1
         self.seeds = seeds
         with off_device():
             try:

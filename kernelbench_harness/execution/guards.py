@@ -72,6 +72,7 @@ _SIGNAL_CALLS = {"signal.signal", "signal.setitimer", "signal.alarm", "signal.se
 #: resolves into that package)
 _MODULE_IDENTITY = {"__package__", "__spec__", "__name__", "__path__", "__loader__", "__file__"}
 _INTROSPECTION_MODULES = {"gc", "inspect", "traceback", "kernelbench_harness", "__main__", "builtins", "importlib",
+                          "pkgutil", "pydoc",
                           "runpy", "code", "codeop", "marshal", "pickle", "dill", "cloudpickle"}
 _INTROSPECTION_ATTRS = {"_getframe", "getframe", "f_back", "f_globals", "f_locals", "f_code", "get_objects",
                         "get_referrers", "get_referents", "settrace", "setprofile", "addaudithook",
@@ -259,11 +260,14 @@ def static_findings(source: str) -> list[Finding]:
         elif isinstance(n, ast.Name) and n.id == "__builtins__":
             out.append(_f("static.introspection", Severity.CHEAT, "introspection", "uses __builtins__", n))
         elif isinstance(n, ast.ImportFrom) and n.level:
-            # a candidate is one file, not a package: a relative import only resolves through a __package__ it set,
-            # into the harness's own modules beside the worker (one reached the worker's job object that way and
-            # rewrote the times it sent: tests/exploits/candidates/relative_import_send_hijack.py)
-            out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+            # a candidate is one file, not a package: a relative import fails (an honest fallback may try one) unless
+            # the candidate set its __package__ (a cheat, below), into the harness's modules beside the worker (one
+            # reached the worker's job object that way: tests/exploits/candidates/k14_relative_import_send.py)
+            out.append(_f("static.introspection", Severity.WARN, "introspection",
                           f"relative import from {'.' * n.level}{n.module or ''}", n))
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and "kernelbench_harness" in n.value:
+            # the harness's modules named in a string (pkgutil.resolve_name, pydoc.locate, __import__ by name)
+            out.append(_f("static.introspection", Severity.CHEAT, "introspection", "names the harness's package", n))
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             if isinstance(n, ast.Import):
                 mods = [a.name for a in n.names]
@@ -281,6 +285,17 @@ def static_findings(source: str) -> list[Finding]:
                     out.append(_f("static.subprocess", Severity.WARN, "subprocess", f"imports {m}", n))
                 if root == "ctypes":
                     out.append(_f("static.introspection", Severity.WARN, "ctypes", "imports ctypes", n))
+    # the module's own statements (in top-level if / try / with blocks too, not in functions or classes): where
+    # setting __package__ and kin poses as another module
+    module_level: set[ast.AST] = set()
+    todo = list(tree.body) if isinstance(tree, ast.Module) else []
+    while todo:
+        st = todo.pop()
+        module_level.add(st)
+        if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                for sub in getattr(st, field, []) or []:
+                    todo.extend([sub] if not isinstance(sub, ast.ExceptHandler) else sub.body)
     # calls, assignments, attributes, try/except
     for n in ast.walk(tree):
         if isinstance(n, ast.Call):
@@ -358,7 +373,7 @@ def static_findings(source: str) -> list[Finding]:
             for t in targets:
                 for tt in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
                     _check_store(canon(tt), n, out)
-                    if isinstance(tt, ast.Name) and tt.id in _MODULE_IDENTITY:
+                    if isinstance(tt, ast.Name) and tt.id in _MODULE_IDENTITY and n in module_level:
                         # what the module's relative imports and pickling resolve against: set, it reaches other
                         # packages' modules (the harness's own) without importing them by name
                         out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"sets {tt.id}", n))

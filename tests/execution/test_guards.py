@@ -213,3 +213,26 @@ def test_no_false_alarms_on_published_candidates() -> None:
         if bad:
             flagged.append((row["level"], row["problem_id"], row["model"], sorted({f.check for f in bad})))
     assert flagged == [(3, 29, "gemini-1.5-flash", ["static.no-kernel"])]
+
+
+def test_the_harness_reached_by_a_modules_identity_a_string_or_pkgutil_is_a_cheat_and_a_bare_relative_import_a_warning():
+    """A candidate that sets its module's __package__ (at module level) and imports relatively reached the worker's
+    job object (helper-56's attack A); pkgutil.resolve_name or pydoc.locate with the package's name in a string do the
+    same (helper-58). A relative import alone fails in a one-file candidate, as an honest fallback may try; a class
+    attribute named __name__ is no module's identity."""
+    from kernelbench_harness.core import Severity
+    from kernelbench_harness.execution.guards import static_findings
+
+    def severities(src: str) -> dict[str, str]:
+        return {f.message: f.severity.value for f in static_findings(textwrap.dedent(src))
+                if f.tag == "introspection"}
+
+    assert severities('__package__ = "x.y"\n')["sets __package__"] == Severity.CHEAT.value
+    assert severities("if True:\n    __spec__ = None\n")["sets __spec__"] == Severity.CHEAT.value
+    assert severities("class F:\n    __name__ = 'x'\n") == {}
+    assert severities("try:\n    from .k import f\nexcept ImportError:\n    f = None\n") == \
+        {"relative import from .k": Severity.WARN.value}
+    assert severities("import pkgutil\n")["imports pkgutil"] == Severity.CHEAT.value
+    assert severities("from pydoc import locate\n")["imports pydoc"] == Severity.CHEAT.value
+    assert severities('j = "kernelbench_harness.execution.worker"\n')["names the harness's package"] == \
+        Severity.CHEAT.value

@@ -194,6 +194,7 @@ def test_refreshed_lazy_comparison_equals_stored(tmp_path: Path, monkeypatch: py
     """The timed-output check (a refreshed set) judges alike in both modes, at both precisions."""
     stored = _context(tmp_path, monkeypatch, COUNTED, lazy=False, protocol=protocol)
     lazy = _context(tmp_path, monkeypatch, COUNTED, lazy=True, protocol=protocol)
+    lazy.refresh_key = stored.refresh_key  # (each context draws its own key: the same rounds in both here)
     gen = torch.Generator().manual_seed(3)
     for i in range(protocol.correct_trials + 1):
         x = _timing.refresh_values(stored.sets_cpu[i][0].to(stored.dtype), 7, key=stored.refresh_key)
