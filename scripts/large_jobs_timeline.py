@@ -21,9 +21,13 @@ def main() -> int:
     ap.add_argument("--min-claim", type=float, default=0.3)
     a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernelbench_harness.errors import StoreError
     from kernelbench_harness.store import Store
 
-    st = Store(a.db, create=False)
+    try:
+        st = Store(a.db, create=False)
+    except StoreError as e:
+        ap.error(str(e))
     info = st.get_run(a.run)
     if info is None or info.created_at is None:
         print(f"no run {a.run}")

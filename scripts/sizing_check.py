@@ -25,15 +25,22 @@ def main() -> int:
     ap.add_argument("--settings", default="1,default",
                     help="children per setting, in order, comma-separated ('default': sizing_workers)")
     a = ap.parse_args()
+    settings = [w.strip() for w in a.settings.split(",")]
+    if not all(w == "default" or (w.isdigit() and int(w) > 0) for w in settings):
+        ap.error(f"--settings {a.settings!r}: give positive numbers of children or 'default', e.g. 1,default")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernelbench_harness.errors import ProblemLoadError
     from kernelbench_harness.problems import load_problems
     from kernelbench_harness.schedule import Sizing, sizing_workers
 
-    ps = load_problems(a.problems, levels=[int(x) for x in a.levels.split(",")])
+    try:
+        ps = load_problems(a.problems, levels=[int(x) for x in a.levels.split(",")])
+    except (ProblemLoadError, ValueError) as e:
+        ap.error(f"--problems {a.problems} --levels {a.levels}: {e}")
     codes = {p.key: p.code for p in ps.problems}
     got = {}
-    for w in a.settings.split(","):
-        n = sizing_workers(len(codes)) if w.strip() == "default" else int(w)
+    for w in settings:
+        n = sizing_workers(len(codes)) if w == "default" else int(w)
         t0 = time.perf_counter()
         sizes = Sizing(codes, workers=n, cache=a.cache).result(600)
         got[len(got)] = sizes
