@@ -66,9 +66,8 @@ reports the replacement).
 
 from __future__ import annotations
 
-import hashlib
-
 import dataclasses
+import hashlib
 import math
 import statistics
 import time

@@ -384,6 +384,7 @@ class _Job:
         self.device = torch.device(job["device"])
         self.protocol: dict[str, Any] = job["protocol"]
         self.refresh_key = int(job.get("refresh_key") or 0)  # timing.keyed_round: the trusted side's secret
+        self.trial_launches: list[int] = []  # each judged call's custom-kernel launches (time_it's timed-path check)
         self.precision = _DTYPE[self.protocol.get("precision", "fp32")]
         self.findings: list[dict[str, Any]] = []
         self.record = BuildRecord()
@@ -607,28 +608,28 @@ class _Job:
         except CandidateBuildError as e:
             self.phase_s["build"] = _perf_counter() - t0
             _Job.send(self, {"event": "built", "ok": False, "kind": "compile_error", "error": _tail(str(e)),
-                       "build": self.record.to_dict(), "phase_s": self.phase_s})
+                             "build": self.record.to_dict(), "phase_s": self.phase_s})
             return None
         except SyntaxError as e:
             self.phase_s["build"] = _perf_counter() - t0
             _Job.send(self, {"event": "built", "ok": False, "kind": "compile_error",
-                       "error": f"SyntaxError: {e.msg} (line {e.lineno})", "build": self.record.to_dict(),
-                       "phase_s": self.phase_s})
+                             "error": f"SyntaxError: {e.msg} (line {e.lineno})", "build": self.record.to_dict(),
+                             "phase_s": self.phase_s})
             return None
         except BaseException as e:  # anything raised while importing the candidate module
             self.phase_s["build"] = _perf_counter() - t0
             kind = _classify_exception(e)
             err = with_no_gpu_hint(_tail(traceback.format_exc()), self.device.type)
             _Job.send(self, {"event": "built", "ok": False, "kind": "compile_error" if kind != "oom" else "oom",
-                       "import_error": True, "error": err,
-                       "build": self.record.to_dict(), "phase_s": self.phase_s})
+                             "import_error": True, "error": err,
+                             "build": self.record.to_dict(), "phase_s": self.phase_s})
             return None
         self.phase_s["build"] = _perf_counter() - t0
         self.check_integrity("after import")
         if not hasattr(mod, "ModelNew"):
             _Job.send(self, {"event": "built", "ok": False, "kind": "runtime_error",
-                       "error": "the candidate defines no ModelNew", "build": self.record.to_dict(),
-                       "phase_s": self.phase_s})
+                             "error": "the candidate defines no ModelNew", "build": self.record.to_dict(),
+                             "phase_s": self.phase_s})
             return None
         if self.device.type == "cuda" and torch.cuda.is_initialized():
             self.sync()  # device work the import started is done before the answer (a yield point follows)
@@ -734,15 +735,14 @@ class _Job:
         self.check_integrity(f"after {where} call on set {idx}")
         launches = {"extension_calls": sum(self.record.calls.values()) - calls0,
                     "triton_launches": self.launches.triton - tl0}
-        if where == "correctness":  # each judged call's custom-kernel launches (time_it's check)
-            self.__dict__.setdefault("trial_launches", []).append(
-                launches["extension_calls"] + launches["triton_launches"])
+        if where == "correctness":
+            self.trial_launches.append(launches["extension_calls"] + launches["triton_launches"])
         self._add_phase("trial_checks", _perf_counter() - t0 - dt)
         # every name that holds one of this call's copies (the loops' last items included) goes first
         out = outs = o = snap = pristine = call_args = a = b = None
         self.release_large()
         _Job.send(self, {"event": "output", "set": idx, "where": where, "descs": descs, "launches": launches,
-                   "seconds": round(dt, 4)})
+                         "seconds": round(dt, 4)})
         return True
 
     @property
@@ -957,7 +957,7 @@ class _Job:
         timed_ext_calls = sum(self.record.calls.values()) - calls_before
         info["timed_triton_launches"], info["timed_extension_calls"] = timed_launches, timed_ext_calls
         info["timed_calls"] = n_calls[0]
-        judged = list(self.__dict__.get("trial_launches", []))
+        judged = list(self.trial_launches)
         timed_custom = timed_launches + timed_ext_calls
         median = sorted(judged)[len(judged) // 2] if judged else 0  # (the first call's autotuning set aside)
         if n_calls[0] > 0 and ((sum(judged) > 0 and timed_custom == 0) or
@@ -1115,7 +1115,7 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
             elif c == "finish":
                 j.check_integrity("at the end")
                 _Job.send(j, {"event": "done", "phase_s": j.phase_s, "build": j.record.to_dict(),
-                        "triton": dict(j.launches.names), "device_peak_bytes": _device_peak_bytes()})
+                              "triton": dict(j.launches.names), "device_peak_bytes": _device_peak_bytes()})
                 return 0
             else:
                 return 0

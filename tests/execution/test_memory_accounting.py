@@ -376,7 +376,8 @@ def _trial_job(events: list, nbytes_out: int):
 
     job = SimpleNamespace(protocol={"clone_inputs": True}, job={"out_nbytes": nbytes_out, "large": True},
                           device=torch.device("cpu"), findings=[], phase_s={}, out_cursor=0,
-                          record=SimpleNamespace(calls={}), launches=SimpleNamespace(triton=0), host_work_on=False)
+                          record=SimpleNamespace(calls={}), launches=SimpleNamespace(triton=0), host_work_on=False,
+                          trial_launches=[])
     cached = [torch.ones(256, 256)]
     job._add_phase = lambda name, s: worker_mod._Job._add_phase(job, name, s)
     job.load_set = lambda idx: cached
