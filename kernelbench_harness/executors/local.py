@@ -172,6 +172,9 @@ def _gpu_count_for(env_cvd: str | None) -> int:
 
 
 def _ask_gpu_count() -> int:
+    """NVML's count (``torch.cuda._device_count_nvml``: no CUDA initialised, CUDA_VISIBLE_DEVICES applied;
+    milliseconds), else a child process's ``torch.cuda.device_count()`` (a fresh ``import torch``: 4-6 s on
+    an H200 host, session 24's ``run_to_executor``)."""
     try:
         import torch
 
@@ -179,6 +182,12 @@ def _ask_gpu_count() -> int:
             return 0
     except Exception:
         return 0
+    try:
+        n = int(torch.cuda._device_count_nvml())  # -1: NVML missing or failed (or MIG): ask CUDA instead
+        if n >= 0:
+            return n
+    except Exception:  # noqa: BLE001 - a private helper that may move: the child's answer stands
+        pass
     import subprocess
     import sys
 

@@ -161,6 +161,36 @@ def test_the_gpu_count_is_asked_once_per_visible_devices_value(monkeypatch):
         local._gpu_count_for.cache_clear()  # the stand-in counts must not outlive the test
 
 
+def test_the_gpu_count_comes_from_nvml_without_a_child_and_falls_back_to_one(monkeypatch):
+    """NVML's count needs no child process (whose fresh ``import torch`` took about 4.5 s of an H200 run's
+    start-up in session 24); when NVML cannot answer (-1, or the helper fails) a child asks CUDA."""
+    import subprocess
+
+    import torch
+
+    from kernelbench_harness.executors import local
+
+    children: list[list[str]] = []
+
+    class _Done:
+        stdout = "5\n"
+
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: children.append(argv) or _Done())
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: 3, raising=False)
+    assert local._ask_gpu_count() == 3 and children == []
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: 0, raising=False)
+    assert local._ask_gpu_count() == 0 and children == []  # NVML sees none: no child either
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: -1, raising=False)
+    assert local._ask_gpu_count() == 5 and len(children) == 1
+
+    def broken() -> int:
+        raise RuntimeError("moved")
+
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", broken, raising=False)
+    assert local._ask_gpu_count() == 5 and len(children) == 2
+
+
 def test_a_worker_stopped_by_sigint_is_started_again_at_its_next_call(tmp_path):
     """Ctrl-C ends the device workers quietly (exit code 130) and none is restarted while the run stops; a
     worker that got SIGINT on its own (a candidate without Landlock's signal scoping could send it) is
