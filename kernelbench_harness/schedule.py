@@ -77,9 +77,12 @@ class Sizing:
 
     With ``cache`` (a folder), sizes are kept between runs in ``sizes-v<format>-torch<version>.json`` there, by the
     SHA-256 of each problem's source: a problem sized before is not sized again, and a run whose problems were all
-    sized before starts no child. A size the forward limit cut short (:data:`FORWARD_LIMIT_S`: it depends on the
-    host's load) is not kept. Sizes only order a run and mark its large problems (never a verdict); a cache file
-    that cannot be read, or holds anything but sizes, is ignored and written anew.
+    sized before starts no child. A size the forward limit (:data:`FORWARD_LIMIT_S`) cut short while the model was
+    being built depends on the host's load and is not kept. One cut in the forward is kept: its inputs and weights
+    are counted, its outputs not, whatever the load (level 3's recurrent problems, L3/35-42, are cut there in every
+    run: sizing them again each run cost one child about 16 s before the first job on an H200 host, session 25).
+    Where two runs kept one source's size, the larger stands. Sizes only order a run and mark its large problems
+    (never a verdict); a cache file that cannot be read, or holds anything but sizes, is ignored and written anew.
 
     Args:
         codes: problem key (any string) -> the problem's source.
@@ -196,7 +199,9 @@ def _write_sizes(path: Any, sizes: Mapping[str, int]) -> None:
     import tempfile
 
     try:
-        merged = {**_read_sizes(path), **sizes}
+        merged = _read_sizes(path)
+        for k, v in sizes.items():  # the larger where another run kept one too (a size cut short is a lower bound)
+            merged[k] = max(v, merged.get(k, v))
         fd, tmp = tempfile.mkstemp(prefix=".sizes-", dir=str(path.parent))
         try:
             os.fchmod(fd, 0o644)
@@ -226,7 +231,7 @@ class _SizingChild:
 
         self.keys = set(map(str, codes))
         self._got: dict[str, int] | None = None
-        self.cut: set[str] = set()  # keys whose sizing the forward limit cut short
+        self.cut: set[str] = set()  # keys the limit cut short while their model was built (not kept)
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self._proc: subprocess.Popen[str] | None = None
         with tempfile.TemporaryFile("w+") as f:  # the child's stdin: the sources can be MiBs (no pipe to fill)
@@ -311,7 +316,7 @@ def _main() -> None:
 
     codes = json.loads(sys.stdin.read())
     sizes: dict[str, int] = {}
-    cut: list[str] = []  # sized by what was sized when the limit came: not kept between runs
+    cut: list[str] = []  # the limit came while the model was built: sized by what was by then, not kept
     signal.signal(signal.SIGALRM, _raise_timeout)  # each problem's limit (_problem_nbytes)
     with torch.no_grad():  # torch's one-time set-up for meta tensors, outside any problem's limit
         torch.nn.functional.linear(torch.ones(2, 2, device="meta"), torch.ones(2, 2, device="meta")).mul(2).sum()
@@ -320,8 +325,8 @@ def _main() -> None:
         try:
             with warnings.catch_warnings():  # the problems' own warnings belong to their evaluation
                 warnings.simplefilter("ignore")
-                sizes[key], was_cut = _problem_nbytes_cut(code, FORWARD_LIMIT_S)
-                if was_cut:
+                sizes[key], cut_in = _problem_nbytes_cut(code, FORWARD_LIMIT_S)
+                if cut_in == "model":
                     cut.append(key)
         except BaseException:  # noqa: BLE001 - SystemExit and kin from a problem: that one is unsized
             sizes[key] = -1
@@ -368,9 +373,10 @@ def _problem_nbytes(code: str, forward_limit_s: float | None = None) -> int:
     return _problem_nbytes_cut(code, forward_limit_s)[0]
 
 
-def _problem_nbytes_cut(code: str, forward_limit_s: float | None = None) -> tuple[int, bool]:
-    """``(bytes, cut)``: :func:`_problem_nbytes`, and whether the limit cut the sizing short (twice), so that the
-    bytes are what was sized by then (they depend on the host's load: never kept between runs)."""
+def _problem_nbytes_cut(code: str, forward_limit_s: float | None = None) -> tuple[int, str | None]:
+    """``(bytes, cut_in)``: :func:`_problem_nbytes`, and where the limit cut the sizing short (twice): None (not
+    cut), ``"model"`` (while the model was built: the bytes are the inputs' and what was counted by then, which
+    depends on the host's load) or ``"forward"`` (the inputs and weights are counted, the outputs not)."""
     import torch
 
     from .execution.warm import meta_input_nbytes, module_nbytes, tensor_nbytes
@@ -390,9 +396,10 @@ def _problem_nbytes_cut(code: str, forward_limit_s: float | None = None) -> tupl
     # exit and leaves torch's defaults changed; it interrupts Python code, not one long call into C++
     timed = forward_limit_s is not None and forward_limit_s > 0
 
-    def attempt() -> tuple[int, bool]:
-        """(bytes sized, whether the limit cut the model or the forward)"""
+    def attempt() -> tuple[int, str | None]:
+        """(bytes sized, where the limit cut it: None, "model" or "forward")"""
         n = n_in
+        where = "model"
         try:
             with torch.device("meta"), torch.no_grad():
                 try:
@@ -400,16 +407,17 @@ def _problem_nbytes_cut(code: str, forward_limit_s: float | None = None) -> tupl
                         signal.setitimer(signal.ITIMER_REAL, forward_limit_s)
                     model = mod.Model(*mod.get_init_inputs())
                     n += module_nbytes(torch, model)
+                    where = "forward"
                     out = model(*mod.get_inputs())
                 finally:
                     if timed:
                         signal.setitimer(signal.ITIMER_REAL, 0)
             outs = out if isinstance(out, (list, tuple)) else [out]
-            return n + tensor_nbytes(torch, outs), False
+            return n + tensor_nbytes(torch, outs), None
         except _ForwardTimeout:
-            return n, True
+            return n, where
         except Exception:  # noqa: BLE001 - an op without a meta kernel: what was sized so far
-            return n, False
+            return n, None
 
     got, cut = attempt()
     if cut:  # once more: torch's one-time set-up of an op on meta tensors may have taken the limit

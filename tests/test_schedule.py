@@ -351,21 +351,42 @@ def test_sizes_are_kept_between_runs_by_the_sources_hash_and_a_bad_file_is_ignor
     assert Sizing(codes, cache=tmp_path).result(120) == first
 
 
-def test_a_size_the_forward_limit_cut_short_is_not_kept_and_a_failed_start_leaves_no_child(tmp_path, monkeypatch):
-    """A size cut by the forward limit depends on the host's load: used by the run, not kept for the next. A child
-    that cannot start stops those started before it."""
+def test_a_size_cut_short_in_the_forward_is_kept_one_cut_in_the_model_not_and_a_failed_start_leaves_no_child(
+        tmp_path, monkeypatch):
+    """A size the limit cut short in the forward counts the inputs and weights whatever the host's load: kept, so
+    the next run starts no child for it (L3/35-42 were sized again in every run, one child about 16 s before the
+    first job on the H200, session 25). One cut while the model was built depends on the load: used by the run, not
+    kept. Where two runs kept one source's size, the larger stands. A child that cannot start stops those started
+    before it."""
     import json
 
     from kernelbench_harness import schedule
     from kernelbench_harness.schedule import Sizing
 
-    slow = ELEMENTWISE.replace("return x * 2", "import time\n        time.sleep(5)\n        return x * 2").replace("N", "8")
-    assert "time.sleep(5)" in slow
-    codes = {"slow": slow, "small": ELEMENTWISE.replace("N", "8")}
+    weights = ("    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(8, 8)\n"
+               "    def forward")
+    base = ELEMENTWISE.replace("    def forward", weights).replace("N", "8")
+    slow_forward = base.replace("return x * 2", "import time\n        time.sleep(5)\n        return x * 2")
+    slow_model = base.replace("super().__init__()", "super().__init__()\n        import time\n        time.sleep(5)")
+    assert "time.sleep(5)" in slow_forward and "time.sleep(5)" in slow_model
+    codes = {"slow_forward": slow_forward, "slow_model": slow_model, "small": ELEMENTWISE.replace("N", "8")}
     got = Sizing(codes, workers=1, cache=tmp_path).result(120)
-    assert set(got) == {"slow", "small"} and got["slow"] > 0  # sized by what was sized by then: its input
-    kept = json.loads(next(tmp_path.glob("sizes-v1-torch*.json")).read_text())
-    assert list(kept.values()) == [got["small"]]  # only the small one's
+    inputs, fc = 4096 * 8 * 4, (8 * 8 + 8) * 4
+    assert got == {"slow_forward": inputs + fc, "slow_model": inputs, "small": 2 * inputs}  # no outputs where cut
+    path = next(tmp_path.glob("sizes-v1-torch*.json"))
+    assert sorted(json.loads(path.read_text()).values()) == sorted([inputs + fc, 2 * inputs])  # not slow_model's
+
+    started: list[dict] = []
+    real = schedule._SizingChild
+    monkeypatch.setattr(schedule, "_SizingChild", lambda c: started.append(c) or real(c))
+    again = Sizing(codes, workers=1, cache=tmp_path)
+    assert again.result(120) == got and [list(c) for c in started] == [["slow_model"]]  # only it sized again
+
+    digest = next(k for k, v in json.loads(path.read_text()).items() if v == inputs + fc)
+    schedule._write_sizes(path, {digest: 1})  # another run's smaller (cut) size of the same source
+    assert json.loads(path.read_text())[digest] == inputs + fc
+    schedule._write_sizes(path, {digest: inputs + fc + 4})
+    assert json.loads(path.read_text())[digest] == inputs + fc + 4
 
     stopped: list[int] = []
 
