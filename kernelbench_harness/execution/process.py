@@ -115,6 +115,8 @@ class Launcher:
         self._ctrl: socket.socket | None = None
         self._pending_pid: list[int] = []
         self._reader: threading.Thread | None = None
+        self._ready_lock = threading.Lock()
+        self._zygote_ready = False
         if method == "zygote":
             try:
                 self._start_zygote()
@@ -124,19 +126,41 @@ class Launcher:
 
     # -- zygote -----------------------------------------------------------------------------------
     def _start_zygote(self) -> None:
+        """Start the fork server; its ``ready`` line (after it imported torch: 2-5 s) is awaited at the first
+        :meth:`start` (:meth:`_await_zygote`), so the caller goes on meanwhile: the runner's build pool held its
+        event loop about 2 s before the first job otherwise, in runs that then built nothing."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._zygote = subprocess.Popen(
-            [sys.executable, "-m", "kernelbench_harness.execution.zygote", str(child.fileno())],
-            env=self.env, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=None, start_new_session=True)
-        child.close()
+        try:
+            self._zygote = subprocess.Popen(
+                [sys.executable, "-m", "kernelbench_harness.execution.zygote", str(child.fileno())],
+                env=self.env, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=None, start_new_session=True)
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
         self._ctrl = parent
         self._ctrl_buf = b""
-        ready = self._read_ctrl_line(timeout_s=120)
-        if not ready or "ready" not in ready:
-            raise RuntimeError(f"fork server did not start: {ready}")
-        self._reader = threading.Thread(target=self._read_loop, name="kb-zygote-reader", daemon=True)
-        self._reader.start()
+
+    def _await_zygote(self) -> bool:
+        """True once the fork server said it is ready (read once, here); False, and ``spawn`` from then on,
+        where it did not within 120 s or has died."""
+        with self._ready_lock:
+            if self._zygote_ready:
+                return True
+            if self.method != "zygote" or self._zygote is None:
+                return False
+            ready = self._read_ctrl_line(timeout_s=120)
+            if not ready or "ready" not in ready:
+                log.warning("fork server unavailable (it did not start: %s); starting candidates with spawn", ready)
+                self.method = "spawn"
+                self._stop_zygote()
+                return False
+            self._reader = threading.Thread(target=self._read_loop, name="kb-zygote-reader", daemon=True)
+            self._reader.start()
+            self._zygote_ready = True
+            return True
 
     def _read_ctrl_line(self, timeout_s: float | None) -> dict[str, Any] | None:
         assert self._ctrl is not None
@@ -210,7 +234,7 @@ class Launcher:
     def start(self, job: dict[str, Any], sandbox: dict[str, Any] | None) -> ChildHandle:
         """Start a candidate process for ``job``; returns once it is running (before it says hello)."""
         payload = {"job": job, "sandbox": sandbox}
-        if self.method == "zygote" and self._zygote is not None and self._zygote.poll() is None:
+        if self.method == "zygote" and self._await_zygote() and self._zygote is not None and self._zygote.poll() is None:
             try:
                 pid, sock = self._spawn_zygote(payload)
             except (RuntimeError, OSError) as e:
@@ -240,6 +264,12 @@ class Launcher:
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
                 pass
+        if self._zygote is not None and not self._zygote_ready and self._zygote.poll() is None:
+            self._zygote.kill()  # never used: still importing torch, it would not see the socket close for seconds
+        self._stop_zygote()
+
+    def _stop_zygote(self) -> None:
+        """Close the control socket (the fork server exits on EOF) and reap it, killing it after 5 s."""
         if self._ctrl is not None:
             try:
                 self._ctrl.shutdown(socket.SHUT_RDWR)  # the zygote sees EOF now, not at garbage collection
@@ -254,6 +284,7 @@ class Launcher:
                 self._zygote.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self._zygote.kill()
+                self._zygote.wait()
 
 
 def recv_event(handle: ChildHandle, deadline: float) -> dict[str, Any]:

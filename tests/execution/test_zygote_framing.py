@@ -34,3 +34,44 @@ def test_large_jobs_reach_the_zygote_whole(tmp_path, size):
         assert launcher.method == "zygote" and launcher._zygote.poll() is None
     finally:
         launcher.close()
+
+
+def _probe(launcher: Launcher, tmp_path) -> dict:
+    job = {"mode": "probe", "job_dir": str(tmp_path), "inputs_dir": str(tmp_path), "device": "cpu", "protocol": {}}
+    h = launcher.start(job, None)
+    try:
+        msg = h.chan.recv(timeout_s=60)
+        while msg.get("event") != "probe":
+            msg = h.chan.recv(timeout_s=60)
+    finally:
+        h.close()
+    return msg
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork server is Linux-only")
+def test_the_fork_server_is_awaited_at_the_first_start_and_one_that_never_gets_ready_falls_back_to_spawn(
+        tmp_path, monkeypatch):
+    """The constructor does not wait for the fork server's ready line (its torch import held the runner's event
+    loop about 2 s before the first job, in runs that then built nothing); the first start reads it. A server
+    that never says ready is stopped and candidates start with spawn."""
+    env = clean_environment(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    reads: list[float | None] = []
+    real = Launcher._read_ctrl_line
+    monkeypatch.setattr(Launcher, "_read_ctrl_line", lambda self, timeout_s: reads.append(timeout_s) or real(self, timeout_s))
+    launcher = Launcher(env, method="zygote")
+    try:
+        assert reads == [] and launcher._zygote_ready is False  # nothing read yet
+        assert _probe(launcher, tmp_path)["ok"] is True
+        assert reads[0] == 120 and launcher._zygote_ready and launcher.method == "zygote"
+    finally:
+        launcher.close()
+
+    monkeypatch.setattr(Launcher, "_read_ctrl_line", lambda self, timeout_s: None)  # "ready" never comes
+    launcher = Launcher(env, method="zygote")
+    try:
+        zygote = launcher._zygote
+        assert _probe(launcher, tmp_path)["ok"] is True  # served by a spawned process
+        assert launcher.method == "spawn" and zygote.poll() is not None  # the server was stopped
+    finally:
+        launcher.close()
