@@ -7,6 +7,7 @@
 #   sweep2    a second sweep (SWEEP2_* variables, T_SWEEP2 seconds)
 #   cached2   the cached sweep over the level-2 problems done cold, per CACHED_CONFIGS
 #   sweep     (the time left of $T_TOTAL, default 560 s) scripts/gpu/sweep.py --levels $SWEEP_LEVELS --phase $SWEEP_PHASE --tag $SWEEP_TAG
+#             (and $SWEEP_SAMPLES: candidates per problem)
 #             (SWEEP_ONLY=RUN: only the problems correct in that run, e.g. a cached run over what the cold one finished;
 #             SWEEP_KERNEL=cuda: the copy kernel through load_inline, built once, instead of Triton)
 set -u -o pipefail
@@ -55,7 +56,7 @@ for phase in ${PHASES//,/ }; do
     sweep) T_SWEEP=${T_SWEEP:-$(( ${T_TOTAL:-560} - SECONDS - 45 ))}  # or as given
       timeout $(( T_SWEEP + 60 )) python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT" \
         --db results/sweep.db --levels ${SWEEP_LEVELS:-1-3} --phase ${SWEEP_PHASE:-cold} ${SWEEP_TAG:+--tag $SWEEP_TAG} \
-        ${SWEEP_IDS:+--ids $SWEEP_IDS} ${SWEEP_GPUS:+--gpus $SWEEP_GPUS} ${SWEEP_ONLY:+--only-correct-in $SWEEP_ONLY} ${SWEEP_KERNEL:+--kernel $SWEEP_KERNEL} \
+        ${SWEEP_IDS:+--ids $SWEEP_IDS} ${SWEEP_GPUS:+--gpus $SWEEP_GPUS} ${SWEEP_ONLY:+--only-correct-in $SWEEP_ONLY} ${SWEEP_KERNEL:+--kernel $SWEEP_KERNEL} ${SWEEP_SAMPLES:+--samples $SWEEP_SAMPLES} \
         --budget-s $T_SWEEP >> "$OUT/session.log" 2>&1
       rc=$?; [ -f "$OUT/sweep_times.json" ] && mv "$OUT/sweep_times.json" "$OUT/sweep_times_${SWEEP_TAG:-sweep}.json"; (exit $rc) ;;
     sweep2) # a second sweep in the same call, from $SWEEP2_LEVELS, $SWEEP2_IDS, $SWEEP2_TAG, $SWEEP2_GPUS, $T_SWEEP2

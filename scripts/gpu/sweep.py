@@ -127,7 +127,8 @@ class ModelNew(_KbReference):
 
 
 def make_candidates(problems_dir: Path, levels: list[int], limit: int | None,
-                    ids: set[int] | None = None, kernel: str = "triton") -> list[dict]:
+                    ids: set[int] | None = None, kernel: str = "triton", samples: int = 1) -> list[dict]:
+    """One replay line per problem and sample (``sample_id`` 0 .. samples-1, the same source each)."""
     rows = []
     for level in levels:
         files = sorted((problems_dir / f"level{level}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
@@ -137,9 +138,10 @@ def make_candidates(problems_dir: Path, levels: list[int], limit: int | None,
                 continue
             code = f.read_text()
             code = re.sub(r"\bModel\b", "_KbReference", code)  # the class, super(Model, self), docstrings
-            rows.append({"level": level, "problem_id": pid,
-                         "model": "reference-through-cuda-copy" if kernel == "cuda" else "reference-through-copy-kernel",
-                         "code": code + (CUDA_WRAPPER if kernel == "cuda" else WRAPPER)})
+            for sample_id in range(samples):
+                rows.append({"level": level, "problem_id": pid, "sample_id": sample_id,
+                             "model": "reference-through-cuda-copy" if kernel == "cuda" else "reference-through-copy-kernel",
+                             "code": code + (CUDA_WRAPPER if kernel == "cuda" else WRAPPER)})
     return rows
 
 
@@ -182,16 +184,21 @@ def main() -> int:
     ap.add_argument("--only-correct-in", default=None, metavar="RUN[,RUN...]",
                     help="only the problems with a correct result in one of these runs of --db (a cached run over "
                          "what the cold runs finished, across levels)")
+    ap.add_argument("--samples", type=int, default=1,
+                    help="candidates per problem (sample_id 0..N-1, the same source each: a model comparison's "
+                         "several samples, where a problem's reference set-up and baselines are shared)")
     ap.add_argument("-P", "--protocol-option", action="append", default=[], metavar="KEY=VALUE",
                     help="passed to kbench run as -P KEY=VALUE (e.g. weights_device=cpu for a control run)")
     a = ap.parse_args()
+    if a.samples < 1:
+        ap.error("--samples must be at least 1")
     lo, _, hi = a.levels.partition("-")
     levels = list(range(int(lo), int(hi or lo) + 1))
     a.out.mkdir(parents=True, exist_ok=True)
     a.db.parent.mkdir(parents=True, exist_ok=True)
     cands = REPO / "results" / "sweep_candidates.jsonl"
     rows = make_candidates(a.problems, levels, a.limit, {int(x) for x in a.ids.split(",")} if a.ids else None,
-                           kernel=a.kernel)
+                           kernel=a.kernel, samples=a.samples)
     if a.only_correct_in:
         con = sqlite3.connect(f"file:{a.db}?mode=ro", uri=True)
         names = [n.strip() for n in a.only_correct_in.split(",") if n.strip()]
