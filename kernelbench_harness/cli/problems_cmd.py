@@ -214,12 +214,29 @@ def show_cmd(name: str | None, precision: str, as_json: bool) -> None:
     about = {k: re.sub(r":\w+:`~?([^`]+)`", r"\1", v).replace("``", "`") for k, v in setting_descriptions().items()}
     console = Console()
     title = ", ".join(f"{n} (fingerprint {p.fingerprint()})" for n, p in protos.items())
+    dicts = {n: p.to_dict() for n, p in protos.items()}
+    if console.width < (110 if name else 150):
+        # a narrow terminal (80 columns): a table squeezes the values and meanings into a few characters a
+        # line, so each setting gets a block instead: its name and value(s), then its meaning on full lines
+        from rich.markup import escape
+        from rich.padding import Padding
+
+        console.print(f"[bold]{escape(title)}, {precision}[/]")
+        for key in dicts[names[0]]:
+            values = [json.dumps(dicts[n][key]) for n in names]
+            differ = not name and len(set(values)) > 1
+            shown = ("; ".join(f"{n} [bold]{escape(v)}[/]" for n, v in zip(names, values)) if differ
+                     else escape(values[0]) + ("" if name else " (in all)"))
+            console.print(f"\n[cyan]{key}[/] = {shown}", soft_wrap=False, overflow="fold")
+            console.print(Padding(escape(about.get(key, "")), (0, 0, 0, 4), expand=False), style="dim")
+        console.print("\nChange one setting for a run with -P KEY=VALUE (e.g. -P placements=2); --json prints the "
+                      "stored form.")
+        return
     table = Table(title=f"{title}, {precision}", title_justify="left")
     table.add_column("setting", no_wrap=True)
     for n in names:
         table.add_column(n if not name else "value", overflow="fold", max_width=None if name else 22)
     table.add_column("meaning")
-    dicts = {n: p.to_dict() for n, p in protos.items()}
     for key in dicts[names[0]]:
         values = [json.dumps(dicts[n][key]) for n in names]
         if not name and len(set(values)) > 1:

@@ -275,6 +275,22 @@ def test_protocols_show_explains_every_setting():
     assert res.exit_code == 0 and ":mod:" not in res.output and "cuda-agent" in res.output
 
 
+def test_protocols_show_on_an_80_column_terminal_gives_each_setting_full_lines():
+    """At 80 columns the table squeezed values and meanings into a few characters a line (a newcomer could not read
+    it): each setting is then a block, its value(s) on one line and its meaning on full lines below."""
+    res = CliRunner().invoke(cli, ["protocols", "show"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert 'seed_policy = kbench "secret"; kernelbench "fixed"; cuda-agent "secret"' in lines
+    assert 'correct_trials = 5 (in all)' in lines
+    at = lines.index('correct_trials = 5 (in all)')
+    assert lines[at + 1].strip() == "number of correctness trials (fresh inputs each)."
+    assert "┃" not in res.output and "-P KEY=VALUE" in res.output
+    one = CliRunner().invoke(cli, ["protocols", "show", "kernelbench"], env={"COLUMNS": "80"})
+    assert 'seed_policy = "fixed"' in one.output.splitlines()
+
+
 def test_tolerances_can_be_changed_per_precision_with_json():
     from kernelbench_harness.protocols import Tolerance, get_protocol
 
