@@ -20,24 +20,17 @@ def test_large_jobs_reach_the_zygote_whole(tmp_path, size):
     try:
         assert launcher.method == "zygote"
         for n in range(2):  # the control stream stays in step across requests
-            job = {"mode": "probe", "job_dir": str(tmp_path), "inputs_dir": str(tmp_path), "device": "cpu",
-                   "protocol": {}, "padding": "é" * size + str(n)}
-            h = launcher.start(job, None)
-            try:
-                msg = h.chan.recv(timeout_s=60)
-                while msg.get("event") != "probe":
-                    msg = h.chan.recv(timeout_s=60)
-            finally:
-                h.close()
-            assert msg["ok"] is True
+            assert _probe(launcher, tmp_path, padding="é" * size + str(n))["ok"] is True
         # no fallback: the zygote itself served every request
         assert launcher.method == "zygote" and launcher._zygote.poll() is None
     finally:
         launcher.close()
 
 
-def _probe(launcher: Launcher, tmp_path) -> dict:
-    job = {"mode": "probe", "job_dir": str(tmp_path), "inputs_dir": str(tmp_path), "device": "cpu", "protocol": {}}
+def _probe(launcher: Launcher, tmp_path, **extra) -> dict:
+    """Start a probe job through ``launcher`` and return its answer."""
+    job = {"mode": "probe", "job_dir": str(tmp_path), "inputs_dir": str(tmp_path), "device": "cpu", "protocol": {},
+           **extra}
     h = launcher.start(job, None)
     try:
         msg = h.chan.recv(timeout_s=60)
