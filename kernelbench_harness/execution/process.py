@@ -117,6 +117,7 @@ class Launcher:
         self._reader: threading.Thread | None = None
         self._ready_lock = threading.Lock()
         self._zygote_ready = False
+        self._closed = False
         if method == "zygote":
             try:
                 self._start_zygote()
@@ -149,12 +150,19 @@ class Launcher:
         with self._ready_lock:
             if self._zygote_ready:
                 return True
-            if self.method != "zygote" or self._zygote is None:
+            if self.method != "zygote" or self._zygote is None or self._closed:
                 return False
-            ready = self._read_ctrl_line(timeout_s=120)
-            if not ready or "ready" not in ready:
-                log.warning("fork server unavailable (it did not start: %s); starting candidates with spawn", ready)
+            try:
+                ready: Any = self._read_ctrl_line(timeout_s=120)
+            except Exception as e:  # noqa: BLE001 - a malformed line, a socket closed meanwhile: not ready
+                ready = f"{type(e).__name__}: {e}"
+            if not isinstance(ready, dict) or "ready" not in ready:
+                if not self._closed:  # (closed meanwhile: the launcher's close says why, not this)
+                    log.warning("fork server unavailable (it did not start: %s); starting candidates with spawn",
+                                ready)
                 self.method = "spawn"
+                if self._zygote.poll() is None:
+                    self._zygote.kill()  # hung or still importing: it would not see the socket close for seconds
                 self._stop_zygote()
                 return False
             self._reader = threading.Thread(target=self._read_loop, name="kb-zygote-reader", daemon=True)
@@ -234,14 +242,22 @@ class Launcher:
     def start(self, job: dict[str, Any], sandbox: dict[str, Any] | None) -> ChildHandle:
         """Start a candidate process for ``job``; returns once it is running (before it says hello)."""
         payload = {"job": job, "sandbox": sandbox}
+
+        def refuse_if_closed() -> None:
+            if self._closed:  # (close() may come while a first start waits for the fork server)
+                raise ChannelClosed("the launcher is closed: no candidate process is started after close()")
+
+        refuse_if_closed()
         if self.method == "zygote" and self._await_zygote() and self._zygote is not None and self._zygote.poll() is None:
             try:
                 pid, sock = self._spawn_zygote(payload)
             except (RuntimeError, OSError) as e:
+                refuse_if_closed()
                 log.warning("fork server failed (%s); falling back to spawn", e)
                 self.method = "spawn"
                 pid, sock = self._spawn_fresh(payload)
         else:
+            refuse_if_closed()
             pid, sock = self._spawn_fresh(payload)
         return ChildHandle(pid=pid, chan=Channel(sock), launcher=self)
 
@@ -259,6 +275,7 @@ class Launcher:
             return self._exits.pop(pid, None)
 
     def close(self) -> None:
+        self._closed = True  # start() refuses from here on (a first start waiting for the server returns spawn-less)
         for pid in list(self._popen):
             try:
                 os.killpg(pid, signal.SIGKILL)
@@ -284,7 +301,10 @@ class Launcher:
                 self._zygote.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self._zygote.kill()
-                self._zygote.wait()
+                try:
+                    self._zygote.wait(timeout=5)
+                except subprocess.TimeoutExpired:  # (stuck in the kernel: left to init)
+                    pass
 
 
 def recv_event(handle: ChildHandle, deadline: float) -> dict[str, Any]:

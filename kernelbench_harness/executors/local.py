@@ -157,8 +157,8 @@ def resolve_devices(spec: str | None, *, cpu_ok: bool = True) -> list[str]:
 
 
 def _gpu_count() -> int:
-    """Number of CUDA GPUs, asked in a child process so this process never initialises CUDA; asked once
-    per ``CUDA_VISIBLE_DEVICES`` value (the child imports torch: seconds, and a run asks twice)."""
+    """Number of CUDA GPUs, asked so that this process never initialises CUDA (NVML, else a child process: see
+    :func:`_ask_gpu_count`); asked once per ``CUDA_VISIBLE_DEVICES`` value (a run asks twice)."""
     env_cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env_cvd is not None and env_cvd.strip() in ("", "-1"):
         return 0
@@ -182,12 +182,9 @@ def _ask_gpu_count() -> int:
             return 0
     except Exception:
         return 0
-    try:
-        n = int(torch.cuda._device_count_nvml())  # -1: NVML missing or failed (or MIG): ask CUDA instead
-        if n >= 0:
-            return n
-    except Exception:  # noqa: BLE001 - a private helper that may move: the child's answer stands
-        pass
+    n = _nvml_gpu_count(torch)
+    if n >= 0:
+        return n
     import subprocess
     import sys
 
@@ -197,6 +194,29 @@ def _ask_gpu_count() -> int:
         return int(out.stdout.strip() or 0)
     except (subprocess.SubprocessError, ValueError, OSError):
         return 0
+
+
+def _nvml_gpu_count(torch: Any, timeout_s: float = 10.0) -> int:
+    """``torch.cuda._device_count_nvml()`` (-1: NVML missing or failed, MIG, or no answer within ``timeout_s``:
+    a wedged driver can block NVML, and this runs before the run prints anything), its warnings kept off the
+    user's terminal (a host with the driver's library but not its kernel module)."""
+    import threading
+    import warnings
+
+    got = [-1]
+
+    def ask() -> None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got[0] = int(torch.cuda._device_count_nvml())
+        except Exception:  # noqa: BLE001 - a private helper that may move: the child's answer stands
+            got[0] = -1
+
+    t = threading.Thread(target=ask, name="kb-nvml-count", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    return -1 if t.is_alive() else got[0]
 
 
 def _slot_pids(shared: Any) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -66,5 +67,52 @@ def test_the_fork_server_is_awaited_at_the_first_start_and_one_that_never_gets_r
         zygote = launcher._zygote
         assert _probe(launcher, tmp_path)["ok"] is True  # served by a spawned process
         assert launcher.method == "spawn" and zygote.poll() is not None  # the server was stopped
+    finally:
+        launcher.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork server is Linux-only")
+def test_a_closed_launcher_starts_nothing_even_when_closed_during_its_first_start(tmp_path, monkeypatch):
+    """close() while a first start waits for the fork server's ready line: that start (and any later one) raises
+    ChannelClosed instead of falling back to a spawned process that close() never sees; a malformed ready line
+    falls back to spawn instead of escaping start()."""
+    import threading
+    import time
+
+    from kernelbench_harness.execution.channel import ChannelClosed
+
+    env = clean_environment(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    launcher = Launcher(env, method="zygote")
+    waiting = threading.Event()
+    real = Launcher._read_ctrl_line
+
+    def slow_read(self, timeout_s):
+        waiting.set()
+        time.sleep(0.5)  # close() lands here
+        return real(self, timeout_s)
+
+    monkeypatch.setattr(Launcher, "_read_ctrl_line", slow_read)
+    got: list[BaseException] = []
+
+    def first_start() -> None:
+        try:
+            _probe(launcher, tmp_path)
+        except BaseException as e:  # noqa: BLE001 - what the test looks at
+            got.append(e)
+
+    t = threading.Thread(target=first_start)
+    t.start()
+    assert waiting.wait(30)
+    launcher.close()
+    t.join(30)
+    assert len(got) == 1 and isinstance(got[0], ChannelClosed) and launcher._popen == {}
+    with pytest.raises(ChannelClosed):
+        _probe(launcher, tmp_path)
+
+    monkeypatch.setattr(Launcher, "_read_ctrl_line", lambda self, timeout_s: json.loads("{not json"))
+    launcher = Launcher(env, method="zygote")
+    try:
+        assert _probe(launcher, tmp_path)["ok"] is True and launcher.method == "spawn"
     finally:
         launcher.close()

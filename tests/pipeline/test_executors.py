@@ -165,6 +165,7 @@ def test_the_gpu_count_comes_from_nvml_without_a_child_and_falls_back_to_one(mon
     """NVML's count needs no child process (whose fresh ``import torch`` took about 4.5 s of an H200 run's
     start-up in session 24); when NVML cannot answer (-1, or the helper fails) a child asks CUDA."""
     import subprocess
+    import warnings
 
     import torch
 
@@ -189,6 +190,26 @@ def test_the_gpu_count_comes_from_nvml_without_a_child_and_falls_back_to_one(mon
 
     monkeypatch.setattr(torch.cuda, "_device_count_nvml", broken, raising=False)
     assert local._ask_gpu_count() == 5 and len(children) == 2
+
+    def warns() -> int:
+        import warnings
+
+        warnings.warn("Can't initialize NVML")
+        return 2
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        monkeypatch.setattr(torch.cuda, "_device_count_nvml", warns, raising=False)
+        assert local._ask_gpu_count() == 2 and seen == []  # NVML's warning kept off the terminal
+
+    import threading
+
+    release = threading.Event()
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: release.wait(30) and 4, raising=False)
+    try:
+        assert local._nvml_gpu_count(torch, timeout_s=0.2) == -1  # a wedged NVML: the child is asked instead
+    finally:
+        release.set()
 
 
 def test_a_worker_stopped_by_sigint_is_started_again_at_its_next_call(tmp_path):
