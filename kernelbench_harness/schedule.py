@@ -78,11 +78,13 @@ class Sizing:
     With ``cache`` (a folder), sizes are kept between runs in ``sizes-v<format>-torch<version>.json`` there, by the
     SHA-256 of each problem's source: a problem sized before is not sized again, and a run whose problems were all
     sized before starts no child. A size the forward limit (:data:`FORWARD_LIMIT_S`) cut short while the model was
-    being built depends on the host's load and is not kept. One cut in the forward is kept: its inputs and weights
-    are counted, its outputs not, whatever the load (level 3's recurrent problems, L3/35-42, are cut there in every
-    run: sizing them again each run cost one child about 16 s before the first job on an H200 host, session 25).
-    Where two runs kept one source's size, the larger stands. Sizes only order a run and mark its large problems
-    (never a verdict); a cache file that cannot be read, or holds anything but sizes, is ignored and written anew.
+    being built depends on the host's load and is not kept. One cut in the forward (its inputs and weights counted,
+    its outputs not) is kept as a lower bound and used by later runs without waiting (level 3's recurrent problems,
+    L3/35-42, are cut there in every run: sizing them again each run held the first job back about 16 s on an H200
+    host, session 25). A run that uses lower bounds sizes those problems again in a background child, at low
+    priority and with :data:`REFINE_LIMIT_S` a problem, which keeps what it completes for the runs after (a run
+    that ends first kills it: the next one tries again). Sizes only order a run and mark its large problems (never a
+    verdict); a cache file that cannot be read, or holds anything but sizes, is ignored and written anew.
 
     Args:
         codes: problem key (any string) -> the problem's source.
@@ -97,14 +99,19 @@ class Sizing:
         self._got: dict[str, int] | None = None
         self._hash = {str(k): hashlib.sha256(str(v).encode()).hexdigest() for k, v in codes.items()}
         self._cache_file = _sizes_file(cache) if cache is not None else None
-        self._kept = _read_sizes(self._cache_file) if self._cache_file is not None else {}
+        self._kept, lower = _read_sizes(self._cache_file) if self._cache_file is not None else ({}, set())
         self._known = {k: self._kept[h] for k, h in self._hash.items() if h in self._kept}
         items = [(k, v) for k, v in codes.items() if str(k) not in self._known]
         n = max(1, min(workers if workers is not None else sizing_workers(len(items)), len(items)))
         self._children: list[_SizingChild] = []
+        #: the background child sizing again the problems kept as lower bounds (never waited for)
+        self.refine: _SizingChild | None = None
         try:
             for i in range(n if items else 0):
                 self._children.append(_SizingChild(dict(items[i::n])))
+            again = {k: v for k, v in codes.items() if str(k) in self._known and self._hash[str(k)] in lower}
+            if again:
+                self.refine = _SizingChild(again, limit_s=REFINE_LIMIT_S, keep=self._cache_file)
         except BaseException:  # (a full /tmp for a child's stdin, say): none of those started is left running
             self.stop()
             raise
@@ -125,10 +132,12 @@ class Sizing:
         end = time.monotonic() + timeout_s
         got: dict[str, int] = dict(self._known)
         cut: set[str] = set()
+        lower: set[str] = set()
         for ch in self._children:
             # (a child that finished while an earlier one was waited for is read, even once the time is up)
             part = ch.result(max(self.READ_GRACE_S, end - time.monotonic()))
             cut |= ch.cut
+            lower |= ch.lower
             if ch.keys and not part:
                 self.stop()
                 got = {}
@@ -136,26 +145,33 @@ class Sizing:
             got.update(part)
         self._got = got
         if got and self._cache_file is not None and len(got) > len(self._known):
-            _write_sizes(self._cache_file, {self._hash[k]: v for k, v in got.items()
-                                            if k in self._hash and k not in cut})
+            new = {k: v for k, v in got.items() if k in self._hash and k not in self._known and k not in cut}
+            _write_sizes(self._cache_file, {self._hash[k]: v for k, v in new.items()},
+                         lower={self._hash[k] for k in new if k in lower})
         return got
 
     #: the least a child is given to be read after the time for all of them is up (it may have finished)
     READ_GRACE_S = 1.0
 
     def stop(self) -> None:
-        """Kill every child and its process group (see :meth:`_SizingChild.stop`)."""
-        for ch in self._children:
+        """Kill every child and its process group (see :meth:`_SizingChild.stop`), the background one too."""
+        for ch in self._children + ([self.refine] if self.refine is not None else []):
             ch.stop()
         if self._got is None:
             self._got = {}
 
 
 #: the sizes file's format (in its name): a change to what is counted starts a new file
-SIZES_FORMAT = 1
+#: (2: ``{"sizes": {source SHA-256: bytes}, "lower": [SHA-256 of the sizes that are lower bounds]}``)
+SIZES_FORMAT = 2
 
-#: the key of the sizing child's list of problems whose sizing the forward limit cut short
+#: seconds the background child (:attr:`Sizing.refine`) gives one problem kept as a lower bound
+REFINE_LIMIT_S = 120.0
+
+#: the keys of the sizing child's lists of problems the limit cut short: while the model was built (not kept),
+#: and in the forward (kept as lower bounds)
 _CUT = "__cut__"
+_LOWER = "__lower__"
 
 #: the most bytes a sizes file may have to be read (a folder others can write: never a reason to run out of memory)
 _SIZES_FILE_MAX_BYTES = 16 << 20
@@ -171,46 +187,62 @@ def _sizes_file(folder: Any) -> Any:
     return Path(folder) / f"sizes-v{SIZES_FORMAT}-torch{version}.json"
 
 
-def _read_sizes(path: Any) -> dict[str, int]:
-    """``{source SHA-256: bytes}`` from ``path``; ``{}`` where it is missing, too large, unreadable or malformed
-    (entries that are not a 64-digit hex key with an integer of at least -1 are dropped)."""
+def _read_sizes(path: Any) -> tuple[dict[str, int], set[str]]:
+    """``({source SHA-256: bytes}, {SHA-256 of the lower bounds})`` from ``path``; empty where it is missing, too
+    large, unreadable or malformed (entries that are not a 64-digit hex key with an integer of at least -1 are
+    dropped)."""
     import json
 
     try:
         if path.stat().st_size > _SIZES_FILE_MAX_BYTES:
-            return {}
+            return {}, set()
         data = json.loads(path.read_text())
     except (OSError, ValueError, UnicodeDecodeError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
+        return {}, set()
+    if not isinstance(data, dict) or not isinstance(data.get("sizes"), dict):
+        return {}, set()
     hexdigits = set("0123456789abcdef")
-    return {k: v for k, v in data.items() if isinstance(k, str) and len(k) == 64 and set(k) <= hexdigits
-            and isinstance(v, int) and not isinstance(v, bool) and v >= -1}
+    sizes = {k: v for k, v in data["sizes"].items() if isinstance(k, str) and len(k) == 64 and set(k) <= hexdigits
+             and isinstance(v, int) and not isinstance(v, bool) and v >= -1}
+    lower = data.get("lower")
+    return sizes, ({k for k in lower if isinstance(k, str) and k in sizes} if isinstance(lower, list) else set())
 
 
-def _write_sizes(path: Any, sizes: Mapping[str, int]) -> None:
-    """Add ``sizes`` to those in ``path`` (read again just before: another run's new ones are kept too), through
-    a new file renamed over it (a reader sees the old file or the new one; readable by all, as the build cache's
-    other files); a failure to write is logged and otherwise ignored (the next run sizes again)."""
+def _write_sizes(path: Any, sizes: Mapping[str, int], lower: Any = ()) -> None:
+    """Add ``sizes`` (``lower``: those of them that are lower bounds) to those in ``path``, read again just before
+    under a lock beside it (``.lock``: two runs sharing the folder keep each other's); a complete size replaces a
+    lower bound, and of two lower bounds the larger stands. Written through a new file renamed over the old (a
+    reader sees one or the other; readable by all, as the build cache's other files); a failure to write is
+    logged and otherwise ignored (the next run sizes again)."""
+    import fcntl
     import json
     import logging
     import os
     import tempfile
 
+    lower = set(lower)
     try:
-        merged = _read_sizes(path)
-        for k, v in sizes.items():  # the larger where another run kept one too (a size cut short is a lower bound)
-            merged[k] = max(v, merged.get(k, v))
-        fd, tmp = tempfile.mkstemp(prefix=".sizes-", dir=str(path.parent))
-        try:
-            os.fchmod(fd, 0o644)
-            with os.fdopen(fd, "w") as f:
-                json.dump(merged, f, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        with open(str(path) + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            merged, was_lower = _read_sizes(path)
+            for k, v in sizes.items():
+                if k in lower:
+                    if k in merged and k not in was_lower:
+                        continue  # a complete size stands
+                    merged[k] = max(v, merged.get(k, v))
+                    was_lower.add(k)
+                else:
+                    merged[k] = v
+                    was_lower.discard(k)
+            fd, tmp = tempfile.mkstemp(prefix=".sizes-", dir=str(path.parent))
+            try:
+                os.fchmod(fd, 0o644)
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"sizes": merged, "lower": sorted(was_lower)}, f, sort_keys=True)
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
     except OSError as e:
         logging.getLogger(__name__).warning("could not keep the problems' sizes in %s: %s", path, e)
 
@@ -220,9 +252,12 @@ class _SizingChild:
 
     Args:
         codes: problem key (any string) -> the problem's source.
+        limit_s: seconds a problem's model and forward may take (:data:`FORWARD_LIMIT_S`).
+        keep: a sizes file the child itself adds what it sized completely to, at low priority (``nice`` 10);
+            the background child of :class:`Sizing`, which nothing waits for.
     """
 
-    def __init__(self, codes: Mapping[str, str]) -> None:
+    def __init__(self, codes: Mapping[str, str], limit_s: float = FORWARD_LIMIT_S, keep: Any = None) -> None:
         import json
         import os
         import subprocess
@@ -232,10 +267,11 @@ class _SizingChild:
         self.keys = set(map(str, codes))
         self._got: dict[str, int] | None = None
         self.cut: set[str] = set()  # keys the limit cut short while their model was built (not kept)
+        self.lower: set[str] = set()  # keys it cut short in the forward (kept as lower bounds)
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self._proc: subprocess.Popen[str] | None = None
         with tempfile.TemporaryFile("w+") as f:  # the child's stdin: the sources can be MiBs (no pipe to fill)
-            json.dump(dict(codes), f)
+            json.dump({"codes": dict(codes), "limit_s": float(limit_s), "keep": str(keep) if keep else None}, f)
             f.seek(0)
             try:  # its own process group: stop() kills whatever a problem started too (it could hold the pipes)
                 self._proc = subprocess.Popen([sys.executable, "-m", "kernelbench_harness.schedule"], stdin=f,
@@ -259,6 +295,8 @@ class _SizingChild:
             got = json.loads(out.strip().splitlines()[-1]) if self._proc.returncode == 0 and out.strip() else {}
             cut = got.pop(_CUT, []) if isinstance(got, dict) else []
             self.cut = {str(k) for k in cut} if isinstance(cut, list) else set()
+            lower = got.pop(_LOWER, []) if isinstance(got, dict) else []
+            self.lower = {str(k) for k in lower} if isinstance(lower, list) else set()
         except subprocess.TimeoutExpired:
             self.stop()
             got = {}
@@ -305,18 +343,23 @@ class _SizingChild:
 
 
 def _main() -> None:
-    """``python -m kernelbench_harness.schedule``: problem sources as a JSON object on stdin, their sizes as a
-    JSON object on the last line of stdout."""
+    """``python -m kernelbench_harness.schedule``: ``{"codes": {key: source}, "limit_s": seconds, "keep": a sizes
+    file or null}`` on stdin (see :class:`_SizingChild`), the sizes as a JSON object on the last line of stdout."""
     import json
+    import os
     import sys
 
     import torch
 
     import signal
 
-    codes = json.loads(sys.stdin.read())
+    payload = json.loads(sys.stdin.read())
+    codes, limit_s, keep = payload["codes"], float(payload["limit_s"]), payload.get("keep")
+    if keep:
+        os.nice(10)  # the background child: the run's own work goes first
     sizes: dict[str, int] = {}
     cut: list[str] = []  # the limit came while the model was built: sized by what was by then, not kept
+    lower: list[str] = []  # it came in the forward: inputs and weights counted, not the outputs (a lower bound)
     signal.signal(signal.SIGALRM, _raise_timeout)  # each problem's limit (_problem_nbytes)
     with torch.no_grad():  # torch's one-time set-up for meta tensors, outside any problem's limit
         torch.nn.functional.linear(torch.ones(2, 2, device="meta"), torch.ones(2, 2, device="meta")).mul(2).sum()
@@ -325,16 +368,24 @@ def _main() -> None:
         try:
             with warnings.catch_warnings():  # the problems' own warnings belong to their evaluation
                 warnings.simplefilter("ignore")
-                sizes[key], cut_in = _problem_nbytes_cut(code, FORWARD_LIMIT_S)
+                sizes[key], cut_in = _problem_nbytes_cut(code, limit_s)
                 if cut_in == "model":
                     cut.append(key)
+                elif cut_in == "forward":
+                    lower.append(key)
         except BaseException:  # noqa: BLE001 - SystemExit and kin from a problem: that one is unsized
             sizes[key] = -1
         finally:  # what one problem changed of torch's defaults does not size the next
             torch.set_default_dtype(dtype)
             torch.set_default_device(None)
             torch.set_grad_enabled(True)
-    sys.stdout.write("\n" + json.dumps({**sizes, _CUT: cut}) + "\n")
+    if keep:  # what it sized completely replaces the lower bounds kept before
+        import hashlib
+        from pathlib import Path
+
+        _write_sizes(Path(keep), {hashlib.sha256(str(codes[k]).encode()).hexdigest(): v for k, v in sizes.items()
+                                  if k not in cut and k not in lower and v >= 0})
+    sys.stdout.write("\n" + json.dumps({**sizes, _CUT: cut, _LOWER: lower}) + "\n")
     sys.stdout.flush()
 
 

@@ -331,33 +331,36 @@ def test_sizes_are_kept_between_runs_by_the_sources_hash_and_a_bad_file_is_ignor
     codes = {"big": ELEMENTWISE.replace("N", "393216"), "small": ELEMENTWISE.replace("N", "8")}
     first = Sizing(codes, cache=tmp_path).result(120)
     assert first["big"] == 12 * GIB and len(first) == 2
-    files = list(tmp_path.glob("sizes-v1-torch*.json"))
-    assert len(files) == 1 and sorted(json.loads(files[0].read_text()).values()) == sorted(first.values())
+    files = list(tmp_path.glob("sizes-v2-torch*.json"))
+    assert len(files) == 1 and sorted(json.loads(files[0].read_text())["sizes"].values()) == sorted(first.values())
 
     started: list[dict] = []
     real = schedule._SizingChild
-    monkeypatch.setattr(schedule, "_SizingChild", lambda c: started.append(c) or real(c))
+    monkeypatch.setattr(schedule, "_SizingChild", lambda c, **kw: started.append(c) or real(c, **kw))
     again = Sizing({"b2": codes["big"], "s2": codes["small"]}, cache=tmp_path)  # same sources, other keys
     assert again.result(120) == {"b2": first["big"], "s2": first["small"]} and started == []
     changed = Sizing({"big": codes["big"], "mid": ELEMENTWISE.replace("N", "131072")}, cache=tmp_path).result(120)
     assert [list(c) for c in started] == [["mid"]] and changed["mid"] == 4 * GIB and changed["big"] == 12 * GIB
-    assert len(json.loads(files[0].read_text())) == 3  # the new source kept beside the others
+    assert len(json.loads(files[0].read_text())["sizes"]) == 3  # the new source kept beside the others
 
-    files[0].write_text('{"not a hash": 1, "' + "0" * 64 + '": "x"}')
+    files[0].write_text('{"sizes": {"not a hash": 1, "' + "0" * 64 + '": "x"}, "lower": 3}')
     started.clear()
     assert Sizing(codes, cache=tmp_path).result(120) == first and len(started) == 1  # sized again
-    assert len(json.loads(files[0].read_text())) == 2
+    assert len(json.loads(files[0].read_text())["sizes"]) == 2
+    files[0].write_text('{"' + "0" * 64 + '": 5}')  # the first format: ignored
+    assert Sizing(codes, cache=tmp_path).result(120) == first and len(started) == 2
     files[0].write_text("[1, 2")  # not JSON
     assert Sizing(codes, cache=tmp_path).result(120) == first
 
 
-def test_a_size_cut_short_in_the_forward_is_kept_one_cut_in_the_model_not_and_a_failed_start_leaves_no_child(
+def test_a_size_cut_short_in_the_forward_is_kept_as_a_lower_bound_and_sized_again_in_the_background(
         tmp_path, monkeypatch):
-    """A size the limit cut short in the forward counts the inputs and weights whatever the host's load: kept, so
-    the next run starts no child for it (L3/35-42 were sized again in every run, one child about 16 s before the
-    first job on the H200, session 25). One cut while the model was built depends on the load: used by the run, not
-    kept. Where two runs kept one source's size, the larger stands. A child that cannot start stops those started
-    before it."""
+    """A size the limit cut short in the forward (inputs and weights counted, not the outputs) is kept as a lower
+    bound: the next run uses it without waiting (L3/35-42 were sized again in every run, one child holding the
+    first job back about 16 s on the H200, session 25), and sizes it again in a background child with a longer
+    limit, which keeps the complete size for the runs after. One cut while the model was built depends on the
+    host's load: used by the run, not kept. A complete size replaces a lower bound; of two lower bounds the larger
+    stands. A child that cannot start stops those started before it."""
     import json
 
     from kernelbench_harness import schedule
@@ -366,27 +369,45 @@ def test_a_size_cut_short_in_the_forward_is_kept_one_cut_in_the_model_not_and_a_
     weights = ("    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(8, 8)\n"
                "    def forward")
     base = ELEMENTWISE.replace("    def forward", weights).replace("N", "8")
-    slow_forward = base.replace("return x * 2", "import time\n        time.sleep(5)\n        return x * 2")
-    slow_model = base.replace("super().__init__()", "super().__init__()\n        import time\n        time.sleep(5)")
-    assert "time.sleep(5)" in slow_forward and "time.sleep(5)" in slow_model
+    slow_forward = base.replace("return x * 2", "import time\n        time.sleep(3)\n        return x * 2")
+    slow_model = base.replace("super().__init__()", "super().__init__()\n        import time\n        time.sleep(3)")
+    assert "time.sleep(3)" in slow_forward and "time.sleep(3)" in slow_model
     codes = {"slow_forward": slow_forward, "slow_model": slow_model, "small": ELEMENTWISE.replace("N", "8")}
-    got = Sizing(codes, workers=1, cache=tmp_path).result(120)
+    first = Sizing(codes, workers=1, cache=tmp_path)
+    got = first.result(120)
     inputs, fc = 4096 * 8 * 4, (8 * 8 + 8) * 4
     assert got == {"slow_forward": inputs + fc, "slow_model": inputs, "small": 2 * inputs}  # no outputs where cut
-    path = next(tmp_path.glob("sizes-v1-torch*.json"))
-    assert sorted(json.loads(path.read_text()).values()) == sorted([inputs + fc, 2 * inputs])  # not slow_model's
+    assert first.refine is None
+    path = next(tmp_path.glob("sizes-v2-torch*.json"))
+    kept = json.loads(path.read_text())
+    assert sorted(kept["sizes"].values()) == sorted([inputs + fc, 2 * inputs])  # not slow_model's
+    digest = next(k for k, v in kept["sizes"].items() if v == inputs + fc)
+    assert kept["lower"] == [digest]
 
-    started: list[dict] = []
+    started: list[tuple[list[str], dict]] = []
     real = schedule._SizingChild
-    monkeypatch.setattr(schedule, "_SizingChild", lambda c: started.append(c) or real(c))
+    monkeypatch.setattr(schedule, "_SizingChild", lambda c, **kw: started.append((list(c), kw)) or real(c, **kw))
     again = Sizing(codes, workers=1, cache=tmp_path)
-    assert again.result(120) == got and [list(c) for c in started] == [["slow_model"]]  # only it sized again
+    assert again.result(120) == got  # the lower bound used at once: not waited for
+    assert [c for c, _ in started] == [["slow_model"], ["slow_forward"]]
+    assert started[1][1]["limit_s"] == schedule.REFINE_LIMIT_S and started[1][1]["keep"] == path
+    assert again.refine is not None and again.refine._proc.wait(60) == 0
+    kept = json.loads(path.read_text())
+    assert kept["sizes"][digest] == inputs + fc + inputs and kept["lower"] == []  # complete now: outputs counted
+    started.clear()
+    third = Sizing(codes, workers=1, cache=tmp_path)
+    assert third.refine is None and third.result(120)["slow_forward"] == inputs + fc + inputs
+    assert [c for c, _ in started] == [["slow_model"]]
 
-    digest = next(k for k, v in json.loads(path.read_text()).items() if v == inputs + fc)
-    schedule._write_sizes(path, {digest: 1})  # another run's smaller (cut) size of the same source
-    assert json.loads(path.read_text())[digest] == inputs + fc
-    schedule._write_sizes(path, {digest: inputs + fc + 4})
-    assert json.loads(path.read_text())[digest] == inputs + fc + 4
+    other = "f" * 64
+    schedule._write_sizes(path, {other: 10}, lower={other})
+    schedule._write_sizes(path, {other: 7}, lower={other})  # another run's smaller lower bound
+    schedule._write_sizes(path, {digest: 1}, lower={digest})  # a lower bound never replaces a complete size
+    kept = json.loads(path.read_text())
+    assert kept["sizes"][other] == 10 and kept["lower"] == [other] and kept["sizes"][digest] == 2 * inputs + fc
+    schedule._write_sizes(path, {other: 4})  # a complete size replaces a lower bound, larger or not
+    kept = json.loads(path.read_text())
+    assert kept["sizes"][other] == 4 and kept["lower"] == []
 
     stopped: list[int] = []
 
@@ -406,3 +427,26 @@ def test_a_size_cut_short_in_the_forward_is_kept_one_cut_in_the_model_not_and_a_
     with pytest.raises(OSError):
         Sizing(codes, workers=2)
     assert stopped == [1]
+
+
+def test_runs_writing_the_sizes_file_at_once_keep_each_others_sizes(tmp_path):
+    """The read, merge and rename happen under a lock beside the file: without it, two writers at once dropped
+    each other's new sizes (review helper-59: 214 of 400 kept)."""
+    import json
+    import multiprocessing
+
+    from kernelbench_harness import schedule
+
+    path = tmp_path / "sizes-v2-torchX.json"
+
+    def write(tag: str) -> None:
+        for i in range(60):
+            schedule._write_sizes(path, {f"{tag}{i:063d}": i})
+
+    procs = [multiprocessing.get_context("fork").Process(target=write, args=(t,)) for t in "ab"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert len(json.loads(path.read_text())["sizes"]) == 120
