@@ -139,7 +139,8 @@ class Sizing:
             cut |= ch.cut
             lower |= ch.lower
             if ch.keys and not part:
-                self.stop()
+                for c in self._children:  # (the background child goes on: it keeps what it completes)
+                    c.stop()
                 got = {}
                 break
             got.update(part)
@@ -214,16 +215,21 @@ def _write_sizes(path: Any, sizes: Mapping[str, int], lower: Any = ()) -> None:
     lower bound, and of two lower bounds the larger stands. Written through a new file renamed over the old (a
     reader sees one or the other; readable by all, as the build cache's other files); a failure to write is
     logged and otherwise ignored (the next run sizes again)."""
+    import errno
     import fcntl
     import json
     import logging
     import os
-    import tempfile
 
     lower = set(lower)
     try:
-        with open(str(path) + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock = os.open(str(path) + ".lock", os.O_RDONLY | os.O_CREAT, 0o666)  # (read-only: another user's lock file)
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            except OSError as e:  # a file system without locks: written unlocked, as before locks
+                if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
             merged, was_lower = _read_sizes(path)
             for k, v in sizes.items():
                 if k in lower:
@@ -234,7 +240,14 @@ def _write_sizes(path: Any, sizes: Mapping[str, int], lower: Any = ()) -> None:
                 else:
                     merged[k] = v
                     was_lower.discard(k)
-            fd, tmp = tempfile.mkstemp(prefix=".sizes-", dir=str(path.parent))
+            # a fixed name under the lock: a writer killed midway leaves it for the next to overwrite
+            tmp = str(path) + ".tmp"
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            except PermissionError:  # another user's left-over: a name of this writer's own
+                import tempfile
+
+                fd, tmp = tempfile.mkstemp(prefix=".sizes-", dir=str(path.parent))
             try:
                 os.fchmod(fd, 0o644)
                 with os.fdopen(fd, "w") as f:
@@ -243,6 +256,8 @@ def _write_sizes(path: Any, sizes: Mapping[str, int], lower: Any = ()) -> None:
             except BaseException:
                 os.unlink(tmp)
                 raise
+        finally:
+            os.close(lock)
     except OSError as e:
         logging.getLogger(__name__).warning("could not keep the problems' sizes in %s: %s", path, e)
 
@@ -342,6 +357,22 @@ class _SizingChild:
             self._got = {}
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this sizing child when the thread that started it ends (Linux's ``PR_SET_PDEATHSIG``: a run killed
+    outright, or a script that exits without stopping it), as the device slots are; where ``prctl`` is missing,
+    nothing. For the background child only: :class:`Sizing` is made in the run's main thread."""
+    import ctypes
+    import os
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent was already gone
+            os._exit(3)
+    except (OSError, AttributeError):
+        pass
+
+
 def _main() -> None:
     """``python -m kernelbench_harness.schedule``: ``{"codes": {key: source}, "limit_s": seconds, "keep": a sizes
     file or null}`` on stdin (see :class:`_SizingChild`), the sizes as a JSON object on the last line of stdout."""
@@ -355,8 +386,12 @@ def _main() -> None:
 
     payload = json.loads(sys.stdin.read())
     codes, limit_s, keep = payload["codes"], float(payload["limit_s"]), payload.get("keep")
-    if keep:
-        os.nice(10)  # the background child: the run's own work goes first
+    if keep:  # the background child, which nothing waits for
+        _die_with_parent()
+        os.nice(10)  # the run's own work goes first
+    import hashlib
+    from pathlib import Path
+
     sizes: dict[str, int] = {}
     cut: list[str] = []  # the limit came while the model was built: sized by what was by then, not kept
     lower: list[str] = []  # it came in the forward: inputs and weights counted, not the outputs (a lower bound)
@@ -373,18 +408,14 @@ def _main() -> None:
                     cut.append(key)
                 elif cut_in == "forward":
                     lower.append(key)
+                elif keep and sizes[key] >= 0:  # kept at once: a run that ends first kills this child
+                    _write_sizes(Path(keep), {hashlib.sha256(str(code).encode()).hexdigest(): sizes[key]})
         except BaseException:  # noqa: BLE001 - SystemExit and kin from a problem: that one is unsized
             sizes[key] = -1
         finally:  # what one problem changed of torch's defaults does not size the next
             torch.set_default_dtype(dtype)
             torch.set_default_device(None)
             torch.set_grad_enabled(True)
-    if keep:  # what it sized completely replaces the lower bounds kept before
-        import hashlib
-        from pathlib import Path
-
-        _write_sizes(Path(keep), {hashlib.sha256(str(codes[k]).encode()).hexdigest(): v for k, v in sizes.items()
-                                  if k not in cut and k not in lower and v >= 0})
     sys.stdout.write("\n" + json.dumps({**sizes, _CUT: cut, _LOWER: lower}) + "\n")
     sys.stdout.flush()
 
@@ -471,8 +502,8 @@ def _problem_nbytes_cut(code: str, forward_limit_s: float | None = None) -> tupl
             return n, None
 
     got, cut = attempt()
-    if cut:  # once more: torch's one-time set-up of an op on meta tensors may have taken the limit
-        got, cut = attempt()
+    if cut and (forward_limit_s or 0) <= FORWARD_LIMIT_S:  # once more: torch's one-time set-up of an op on meta
+        got, cut = attempt()  # tensors may have taken the limit (not with the background child's long one)
     return got, cut
 
 

@@ -450,3 +450,33 @@ def test_runs_writing_the_sizes_file_at_once_keep_each_others_sizes(tmp_path):
         p.join(60)
         assert p.exitcode == 0
     assert len(json.loads(path.read_text())["sizes"]) == 120
+
+
+def test_the_background_child_keeps_each_problem_it_completes_before_it_is_stopped(tmp_path):
+    """A run shorter than the whole background sizing still keeps what it completed (review helper-60: it kept
+    all or nothing, so short runs did the same work again and again); a failed sizing of the run's own problems
+    does not stop it."""
+    import json
+    import time
+
+    from kernelbench_harness.schedule import Sizing
+
+    def slow(seconds: int, n: int) -> str:
+        return ELEMENTWISE.replace("return x * 2", f"import time\n        time.sleep({seconds})\n        return x * 2"
+                                   ).replace("N", str(n))
+
+    codes = {"short": slow(2, 8), "long": slow(60, 16)}
+    Sizing(codes, workers=1, cache=tmp_path).result(120)
+    path = next(tmp_path.glob("sizes-v2-torch*.json"))
+    assert len(json.loads(path.read_text())["lower"]) == 2
+    again = Sizing({**codes, "exits": "import os\nos._exit(3)\n"}, workers=1, cache=tmp_path)
+    assert again.result(120) == {}  # its own child failed: no sizes for the run ...
+    assert again.refine is not None and again.refine._proc.poll() is None  # ... and the background child goes on
+    try:
+        deadline = time.monotonic() + 60
+        while len(json.loads(path.read_text())["lower"]) != 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        again.stop()
+    kept = json.loads(path.read_text())
+    assert len(kept["lower"]) == 1 and sorted(kept["sizes"].values()) == [4096 * 8 * 4 * 2, 4096 * 16 * 4]

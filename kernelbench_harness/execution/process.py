@@ -259,6 +259,13 @@ class Launcher:
         else:
             refuse_if_closed()
             pid, sock = self._spawn_fresh(payload)
+        if self._closed:  # close() came while it started (after its check): it saw none of this process
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            sock.close()
+            refuse_if_closed()
         return ChildHandle(pid=pid, chan=Channel(sock), launcher=self)
 
     def _wait(self, pid: int, timeout_s: float) -> int | None:

@@ -207,15 +207,16 @@ def _nvml_gpu_count(torch: Any, timeout_s: float = 10.0) -> int:
 
     def ask() -> None:
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                got[0] = int(torch.cuda._device_count_nvml())
+            got[0] = int(torch.cuda._device_count_nvml())
         except Exception:  # noqa: BLE001 - a private helper that may move: the child's answer stands
             got[0] = -1
 
-    t = threading.Thread(target=ask, name="kb-nvml-count", daemon=True)
-    t.start()
-    t.join(timeout_s)
+    # (the filters are the process's: set and restored here, so a thread still hung past the limit leaves them be)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*NVML.*")
+        t = threading.Thread(target=ask, name="kb-nvml-count", daemon=True)
+        t.start()
+        t.join(timeout_s)
     return -1 if t.is_alive() else got[0]
 
 
