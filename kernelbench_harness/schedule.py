@@ -357,22 +357,6 @@ class _SizingChild:
             self._got = {}
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this sizing child when the thread that started it ends (Linux's ``PR_SET_PDEATHSIG``: a run killed
-    outright, or a script that exits without stopping it), as the device slots are; where ``prctl`` is missing,
-    nothing. For the background child only: :class:`Sizing` is made in the run's main thread."""
-    import ctypes
-    import os
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent was already gone
-            os._exit(3)
-    except (OSError, AttributeError):
-        pass
-
-
 def _main() -> None:
     """``python -m kernelbench_harness.schedule``: ``{"codes": {key: source}, "limit_s": seconds, "keep": a sizes
     file or null}`` on stdin (see :class:`_SizingChild`), the sizes as a JSON object on the last line of stdout."""
@@ -386,8 +370,12 @@ def _main() -> None:
 
     payload = json.loads(sys.stdin.read())
     codes, limit_s, keep = payload["codes"], float(payload["limit_s"]), payload.get("keep")
-    if keep:  # the background child, which nothing waits for
-        _die_with_parent()
+    if keep:  # the background child, which nothing waits for (Sizing is made in the run's main thread)
+        from .execution.sandbox import die_with_parent
+
+        die_with_parent()
+        if os.getppid() == 1:  # the run was already gone
+            os._exit(3)
         os.nice(10)  # the run's own work goes first
     import hashlib
     from pathlib import Path

@@ -295,6 +295,17 @@ def make_undumpable() -> None:
         pass
 
 
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL the calling process when the thread that started it ends (``PR_SET_PDEATHSIG``): a
+    killed runner leaves no device slot or background sizing child behind. Where ``prctl`` is missing, nothing."""
+    import signal
+
+    try:
+        _libc().prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 def _drop_capabilities() -> str:
     """Drop every capability (bounding set, then effective/permitted/inheritable).
 

@@ -22,6 +22,7 @@ from typing import Any
 from ..core import EvalResult, Outcome, Problem, TimingStats
 from ..errors import PrerequisiteError
 from ..execution.device import EvalJob
+from ..execution.sandbox import die_with_parent
 from ..protocols import Protocol
 from .base import AffinityQueue, Executor, SlotInfo
 
@@ -225,17 +226,6 @@ def _slot_pids(shared: Any) -> list[int]:
     return [p for p in shared[:] if p > 0]
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (a killed runner leaves no slot behind)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
 #: a device worker's exit code after Ctrl-C reached it (its candidate's process ended first)
 INTERRUPTED_EXIT = 130
 
@@ -254,7 +244,7 @@ def _slot_serve(conn: Any, device: str, options: dict[str, Any], timing_lock: An
                 window_queue: tuple[Any, int] | None = None, quiet: tuple[int, Any] | None = None,
                 ledger: tuple[Any, Any, Any, int] | None = None) -> None:
     """The body of :func:`_slot_main`."""
-    _die_with_parent()
+    die_with_parent()
     import faulthandler
 
     # its Python stacks on SIGUSR1 (scripts/gpu's lock watch asks a long holder of the device's lock);
