@@ -145,6 +145,12 @@ def make_candidates(problems_dir: Path, levels: list[int], limit: int | None,
     return rows
 
 
+def run_name(phase: str, tag: str = "", samples: int = 1) -> str:
+    """The store's run name for one phase of a sweep: ``sweep-<phase>[-<tag>][-s<samples>]``. Sweeps with
+    different ``--samples`` get different names, so one never resumes (``--resume``) the other's run."""
+    return f"sweep-{phase}" + (f"-{tag}" if tag else "") + (f"-s{samples}" if samples > 1 else "")
+
+
 def has_run(db: Path, run: str) -> bool:
     """Whether the SQLite store ``db`` already holds the run ``run``."""
     if not db.exists():
@@ -214,7 +220,7 @@ def main() -> int:
     phases = ["cold", "cached"] if a.phase == "both" else [a.phase]
     try:
         for ph in phases:
-            run = f"sweep-{ph}-{a.tag}" if a.tag else f"sweep-{ph}"
+            run = run_name(ph, a.tag, a.samples)
             left = a.budget_s - (time.monotonic() - t_start)
             if left < 30:
                 break

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# H200 session 27 (2026-12-04), the calls as run (carry .whl, .data, .gpu; see scripts/gpu/README.md):
+#   1: bash scripts/gpu/session27.sh sweep    the stores unpacked; the cached sweep of levels 1-3 (s27a, one sample
+#                                             each, stop 33's start-up: sizes kept as lower bounds, the background
+#                                             sizing child, the build pool's fork server awaited at the first build)
+#                                             started in the background (session21.sh), waited for up to 560 s
+#   2: bash scripts/gpu/session27.sh repeat   s27a waited for to its end, then issue 3's repeatability: the same 20
+#                                             level-1 candidates in two runs under kbench (session3.sh's repeat)
+#   3: bash scripts/gpu/session27.sh exploits scripts/gpu/exploits.py
+set -u -o pipefail
+OUT=${OUT:-/tmp/out}
+unpack() {
+  [ -f .gpu/sweep.db ] || { gunzip -c .gpu/sweep.db.gz > .gpu/sweep.db && chmod u+w .gpu/sweep.db; }
+  [ -f .gpu/gpu3.db ] || { gunzip -c .gpu/gpu3.db.gz > .gpu/gpu3.db && chmod u+w .gpu/gpu3.db; }
+}
+case ${1:?sweep, repeat or exploits} in
+  sweep)
+    unpack
+    bash scripts/gpu/session21.sh start s27a && bash scripts/gpu/session21.sh wait s27a ${T_WAIT:-560} ;;
+  repeat)
+    unpack
+    bash scripts/gpu/session21.sh wait s27a ${T_WAIT:-200}
+    mkdir -p "$OUT/repeat"
+    OUT=$OUT/repeat PHASES=repeat REPEAT_PROTOCOLS=${REPEAT_PROTOCOLS:-kbench} T_REPEAT=${T_REPEAT:-420} \
+      bash scripts/gpu/session3.sh > "$OUT/repeat/driver.log" 2>&1
+    rm -f "$OUT/repeat/gpu3.db"; tail -20 "$OUT/repeat/session.log" ;;
+  exploits)
+    export KBENCH_SANDBOX_LAYERS=${KBENCH_SANDBOX_LAYERS:-netns,caps}
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    PYTHONPATH=/tmp/site:$PWD timeout ${T_EXPLOITS:-300} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" \
+      > "$OUT/exploits.log" 2>&1; echo "rc=$?"; tail -40 "$OUT/exploits.log" ;;
+esac
