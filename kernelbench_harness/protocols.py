@@ -43,7 +43,7 @@ PROTOCOL_NAMES = ("kbench", "kernelbench", "cuda-agent")
 # stores keep their keys)
 _ADDED_LATER: dict[str, Any] = {"warmup_ms": 0.0, "min_time_s": 0.0, "input_device": "cpu", "placements": 1,
                                 "hide_launch": False, "hide_launch_max_ms": 0.5, "ablate_kernels": False,
-                                "weights_device": "cpu"}
+                                "weights_device": "cpu", "min_custom_kernel_share": 0.0}
 _ADDED_LATER_TIMING = ("warmup_ms", "min_time_s", "placements", "hide_launch", "hide_launch_max_ms")  # the ones that change a baseline's time
 
 
@@ -158,6 +158,14 @@ class Protocol:
         allow_torch_ops: PyTorch ops beside custom kernels (KernelBench allows partial replacement).
         allow_vendor_libs: cuBLAS/cuDNN calls from the candidate's own code.
         allow_lower_precision: lower-precision math (fp16/bf16/TF32) inside an fp32 problem.
+        min_custom_kernel_share: the least share of a profiled forward call's device time that the
+            candidate's own kernels (its ``@triton.jit`` and ``__global__`` functions, by name) must take;
+            a candidate otherwise correct below it is ``policy(torch-work)`` with no speedup (0 = recorded
+            only). 0.01 in ``kbench``: a token kernel beside a PyTorch computation that does the work
+            (and that may tell the kernel-ablation call apart) takes a fraction of a percent; 0 in
+            ``kernelbench`` and ``cuda-agent``, whose procedures allow any mix. Needs the CUDA profiler:
+            on a CPU, or when the profile has no device time, the share is not judged (see
+            :mod:`kernelbench_harness.execution.kernelshare`).
         tf32: TF32 for matmul and cuDNN in the reference, the baselines and the candidate process:
             False (strict fp32: both off), True (both on), None (PyTorch's defaults, as KernelBench and
             CUDA Agent leave them: cuDNN convolutions in TF32, matmul not).
@@ -212,6 +220,7 @@ class Protocol:
     allow_torch_ops: bool = True
     allow_vendor_libs: bool = True
     allow_lower_precision: bool = False
+    min_custom_kernel_share: float = 0.01
     tf32: bool | None = False
 
     @property
@@ -324,6 +333,7 @@ _BASE: dict[str, Protocol] = {
         both_orders=False,
         ablate_kernels=False,
         allow_lower_precision=True,
+        min_custom_kernel_share=0.0,  # recorded only
     ),
     "cuda-agent": Protocol(
         name="cuda-agent",
@@ -357,6 +367,7 @@ _BASE: dict[str, Protocol] = {
         both_orders=False,
         ablate_kernels=False,
         allow_lower_precision=True,
+        min_custom_kernel_share=0.0,  # recorded only
     ),
 }
 
@@ -375,7 +386,7 @@ _RANGE: dict[str, tuple[float, float | None]] = {
     "l2_flush_bytes": (0, None), "warmup": (0, None), "warmup_ms": (0, None), "trials": (1, None),
     "min_time_s": (0, None), "max_trials": (1, None), "target_ci_rel": (0, None), "time_budget_s": (0, None),
     "rotate_inputs": (1, None), "alternate_rounds": (1, None), "hide_launch_max_ms": (0.05, None),
-    "placements": (1, 64),
+    "placements": (1, 64), "min_custom_kernel_share": (0, 1),
 }
 
 

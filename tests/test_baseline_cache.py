@@ -103,6 +103,25 @@ def test_miss_on_another_compile_mode_and_hit_when_only_the_judge_changes(store:
         "eager", "compile:default"}
 
 
+# each protocol's baseline key (its timing fingerprint) before min_custom_kernel_share was added (main at
+# bdd159e): a setting that changes no time must leave the baselines stored before it usable
+_KEYS_BEFORE_KERNEL_SHARE = {
+    ("kbench", "fp32"): "80f24c8a3cf00c22", ("kbench", "fp16"): "a6cc361259a89814",
+    ("kbench", "bf16"): "19d5f27700d0e3c6", ("kernelbench", "fp32"): "f313e7c8225153ca",
+    ("kernelbench", "fp16"): "500d05377897571d", ("kernelbench", "bf16"): "5d1c074819303ba6",
+    ("cuda-agent", "fp32"): "e054de01837ffd9d", ("cuda-agent", "fp16"): "25cec0b102095092",
+    ("cuda-agent", "bf16"): "f9481655d80d365e",
+}
+
+
+@pytest.mark.parametrize("name, precision", list(_KEYS_BEFORE_KERNEL_SHARE))
+def test_the_kernel_share_setting_leaves_every_baseline_key_unchanged(store: Store, name: str, precision: str) -> None:
+    want = _KEYS_BEFORE_KERNEL_SHARE[(name, precision)]
+    for share in (None, 0.0, 0.01, 0.5):
+        proto = get_protocol(name, precision, **({} if share is None else {"min_custom_kernel_share": share}))
+        assert _Baselines(store, FP, proto).key(PROBLEM, "eager")["protocol_fingerprint"] == want
+
+
 def _import_under_the_same_key(store: Store, b: _Baselines) -> None:
     k = b.key(PROBLEM, "eager")
     store.put_baseline(problem=PROBLEM, hardware_fingerprint=k["hardware_fingerprint"],

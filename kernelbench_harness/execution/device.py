@@ -37,6 +37,7 @@ from . import timing as _timing
 from .build import target_arch_list
 from .channel import ChannelClosed, ChannelError, ChannelTimeout
 from .guards import apply_tf32, cheat_findings, static_findings
+from .kernelshare import custom_kernel_share, own_kernel_names
 from .process import ChildHandle, Launcher
 from .quiet import in_tree, proc_stat
 from .sandbox import clean_environment, site_write_dirs
@@ -3082,7 +3083,7 @@ class DeviceEvaluator:
                 # slot_*...) are not the candidate's to send, and build came netted with "built"
                 if k in self.CHILD_PHASES and isinstance(v, (int, float)) and not isinstance(v, bool):
                     child_phase(k, float(v))
-            res = self._verdict(job, ctx, compared, ok, findings, stats, tinfo, launches, profile, build_info)
+            res = self._verdict(job, ctx, compared, ok, findings, stats, tinfo, launches, profile, build_info, checks)
             extra = dict(res.extra)
             extra.update({"sandbox": env_note, "build": build_info, "weights": weights, "launches": launches,
                           "input_exchange": ("staged" if shared[1].get("staged") else "shared") if shared else "files",
@@ -3266,8 +3267,12 @@ class DeviceEvaluator:
 
     def _verdict(self, job: EvalJob, ctx: ProblemContext, compared: list[Comparison], ok: bool,
                  findings: list[Finding], stats: TimingStats | None, tinfo: dict[str, Any],
-                 launches: dict[str, int], profile: dict[str, Any], build_info: dict[str, Any]) -> EvalResult:
+                 launches: dict[str, int], profile: dict[str, Any], build_info: dict[str, Any],
+                 checks: dict[str, Any] | None = None) -> EvalResult:
+        """The result of a candidate whose process ran to its end. ``checks``: the result's
+        ``extra["integrity_checks"]``, which gets ``kernel_share`` here (:meth:`_kernel_share`)."""
         p = job.protocol
+        checks = {} if checks is None else checks
         worst_abs = max((c.max_abs_err for c in compared if c.max_abs_err is not None), default=None)
         worst_rel = max((c.max_rel_err for c in compared if c.max_rel_err is not None), default=None)
         kb = all(c.allclose_kernelbench for c in compared if c.allclose_kernelbench is not None) if compared else None
@@ -3322,9 +3327,20 @@ class DeviceEvaluator:
             return EvalResult(Outcome.INCORRECT, correct=False,
                               error=(failed.detail or failed.reason) + _host_build_hint(extra.get("weights"), p),
                               findings=tuple(findings), extra=extra, **common)
+        share = self._kernel_share(job, profile, checks, extra)
         timing_bad = [f for f in findings if f.severity is Severity.TIMING]
         if timing_bad:
             return EvalResult(Outcome.TIMING_INVALID, tag=timing_bad[0].tag, correct=True, candidate=stats,
+                              findings=tuple(findings), extra=extra, **common)
+        if share is not None and share < p.min_custom_kernel_share:
+            # the candidate's own kernels did almost none of the work: PyTorch did (decided before the
+            # precision tag: a lower-precision PyTorch computation is still PyTorch's)
+            findings.append(Finding("runtime.kernel-share", Severity.POLICY, "torch-work",
+                                    f"the candidate's own kernels took {share:.2%} of the profiled call's device "
+                                    f"time, below the protocol's minimum of {p.min_custom_kernel_share:.2%}",
+                                    dict(extra.get("custom_kernel_share_detail") or {}, share=share)))
+            extra["policy_allowed"] = False
+            return EvalResult(Outcome.POLICY, tag="torch-work", correct=True, candidate=stats,
                               findings=tuple(findings), extra=extra, **common)
         if precision_marks:
             extra["policy_allowed"] = p.allow_lower_precision
@@ -3332,6 +3348,36 @@ class DeviceEvaluator:
                               findings=tuple(findings), extra=extra, **common)
         return EvalResult(Outcome.CORRECT, correct=True, candidate=stats, findings=tuple(findings), extra=extra,
                           **common)
+
+
+    def _kernel_share(self, job: EvalJob, profile: dict[str, Any], checks: dict[str, Any],
+                      extra: dict[str, Any]) -> float | None:
+        """The share of the profiled call's device time that the candidate's own kernels took
+        (:func:`.kernelshare.custom_kernel_share`, own kernels named by the candidate's source, device times
+        from the profile's ``kernel_us``), recorded in ``extra["custom_kernel_share"]`` (rounded to 1e-6)
+        with its evidence in ``extra["custom_kernel_share_detail"]``, and ``checks["kernel_share"]``:
+        ``judged``, or ``not judged: ...`` when the profile failed or had no device time (then None is
+        returned and the verdict is left as it is). Nothing is recorded without a profile on a CPU device
+        (no CUDA profiler there)."""
+        if not profile:
+            if self.device.type == "cuda":
+                checks["kernel_share"] = "not judged: no profile of the candidate's call"
+            return None
+        if profile.get("error"):
+            checks["kernel_share"] = f"not judged: the profiler failed: {str(profile['error'])[:200]}"
+            return None
+        kernel_us = profile.get("kernel_us")
+        if not isinstance(kernel_us, dict):
+            checks["kernel_share"] = "not judged: the profile has no kernel times"
+            return None
+        share, detail = custom_kernel_share(kernel_us, own_kernel_names(job.candidate.source))
+        extra["custom_kernel_share_detail"] = detail
+        if share is None:
+            checks["kernel_share"] = "not judged: no device time was profiled"
+            return None
+        extra["custom_kernel_share"] = round(share, 6)
+        checks["kernel_share"] = "judged"
+        return share
 
 
 class _ChildFailed(Exception):

@@ -47,7 +47,7 @@ from .guards import ProtectedSnapshot, ThreadWatch, run_watching_precision, snap
 from . import devshare as _devshare
 from .tensorio import DTYPES, decode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 
-__all__ = ["child_main", "run_job"]
+__all__ = ["child_main", "device_times", "run_job"]
 
 _allclose = torch.allclose
 _sleep = time.sleep
@@ -821,7 +821,9 @@ class _Job:
         return {"unsupported": _type(o).__name__}
 
     def profile_kernels(self, idx: int) -> dict[str, Any]:
-        """Names of device kernels launched by one forward call (CUDA profiler), for the launch check."""
+        """Device kernels of one forward call (CUDA profiler): ``kernels`` (name -> launches, for the launch
+        check), ``streams`` (the streams they ran on) and ``kernel_us`` (name -> summed device time in
+        microseconds, :func:`device_times`, for the trusted side's custom-kernel share)."""
         if self.device.type != "cuda":
             return {}
         try:
@@ -838,6 +840,9 @@ class _Job:
 
                 prof = profile(activities=[ProfilerActivity.CUDA])
             with prof:
+                # the call's private copies are made inside the profiled region, on the current stream: a call
+                # whose own kernels all run on one side stream is still seen on two (launch_hiding_for); their
+                # copy kernels count in kernel_us's total, as work that is not the candidate's own
                 self.call([a.clone() if _isinstance(a, torch.Tensor) else a for a in args])
                 self.sync()
             events = prof.events() if hasattr(prof, "events") else prof.function_events
@@ -852,7 +857,7 @@ class _Job:
                         s = getattr(ev, "device_resource_id", None)
                     if isinstance(s, int):
                         streams.add(s)
-            return {"kernels": names, "streams": sorted(streams)}
+            return {"kernels": names, "streams": sorted(streams), "kernel_us": device_times(events, DeviceType.CUDA)}
         except Exception as e:  # profiler unavailable: the trusted side falls back to call counts
             return {"error": f"{type(e).__name__}: {e}"}
 
@@ -1125,6 +1130,56 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
         except Exception:
             pass
         return 1
+
+
+# device activities that are waits or markers, not work: CUDA synchronisation records (Kineto's "cuda_sync":
+# "Context Sync", "Stream Sync", "Event Sync", "Stream Wait Event"...) and device-side user annotations
+_NOT_WORK_ACTIVITIES = ("cuda_sync", "gpu_user_annotation", "overhead", "cuda_runtime", "cuda_driver")
+_NOT_WORK_NAMES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "Context Sync",
+                   "Stream Sync", "Event Sync", "Stream Wait Event", "Device Sync")
+
+
+def device_times(events: Any, cuda: Any) -> dict[str, float]:
+    """Summed device time per name of the device work among profiler ``events``, in microseconds.
+
+    Counted: events whose ``device_type`` is ``cuda`` (``torch.autograd.DeviceType.CUDA``): kernels, and
+    the copies and fills (``Memcpy ...``, ``Memset ...``) the profiler lists beside them. Not counted: user
+    annotations and synchronisation waits (by Kineto's activity type where the event has one, else by
+    name), which take device time without doing work. An event's time is its device interval
+    (``time_range``, microseconds), else its ``device_time_total`` / ``cuda_time_total``.
+
+    Args:
+        events: profiler ``FunctionEvent`` objects (``prof.events()``), or objects with the same attributes.
+        cuda: the ``DeviceType`` value of CUDA events.
+
+    Returns:
+        Name -> microseconds (rounded to 0.001 us), names in first-seen order; empty when there is none.
+    """
+    out: dict[str, float] = {}
+    for ev in events:
+        if getattr(ev, "device_type", None) != cuda or getattr(ev, "is_user_annotation", False):
+            continue
+        name = str(getattr(ev, "name", ""))
+        kind = getattr(ev, "activity_type", None)
+        if (isinstance(kind, str) and kind.lower() in _NOT_WORK_ACTIVITIES) or name.startswith(_NOT_WORK_NAMES):
+            continue
+        us: Any = None
+        tr = getattr(ev, "time_range", None)
+        try:
+            if tr is not None:
+                us = float(tr.end) - float(tr.start)
+        except (TypeError, ValueError, AttributeError):
+            us = None
+        for attr in ("device_time_total", "cuda_time_total"):
+            if isinstance(us, float) and us >= 0:
+                break
+            try:
+                us = float(getattr(ev, attr))
+            except (TypeError, ValueError, AttributeError):
+                us = None
+        if isinstance(us, float) and 0 <= us < float("inf"):
+            out[name] = round(out.get(name, 0.0) + us, 3)
+    return out
 
 
 def child_main(sock_fd: int, job: dict[str, Any], sandbox: dict[str, Any] | None = None) -> int:
