@@ -39,12 +39,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 ROWS_SQL = """
 select s.level, s.problem_id, s.model, s.sample_id, r.outcome, r.tag, r.speedup_eager, r.speedup_compile,
-       r.candidate_ms, r.eager_ms, r.compile_ms, r.max_abs_err, r.allclose_kernelbench
+       r.candidate_ms, r.eager_ms, r.compile_ms, r.max_abs_err, r.allclose_kernelbench,
+       json_extract(r.extra, '$.host_bound')
 from results r join attempts a on r.attempt_pk = a.id join samples s on a.sample_pk = s.id
 join runs ru on s.run_id = ru.id where ru.run_name = ? order by s.level, s.problem_id, s.model, s.sample_id
 """
 COLS = ("level", "problem_id", "model", "sample_id", "outcome", "tag", "speedup_eager", "speedup_compile",
-        "candidate_ms", "eager_ms", "compile_ms", "max_abs_err", "allclose_kernelbench")
+        "candidate_ms", "eager_ms", "compile_ms", "max_abs_err", "allclose_kernelbench",
+        "host_bound")
 
 
 def read_rows(db: Path, run: str) -> list[dict]:
@@ -81,14 +83,38 @@ def pick(store: Path, run: str, generations: Path, n: int) -> list[dict]:
     return chosen
 
 
+def _flags(row: dict) -> list[str]:
+    """The host-bound callables of a result row (``extra["host_bound"]``, stored as JSON text)."""
+    v = row.get("host_bound")
+    return list(json.loads(v)) if isinstance(v, str) else list(v or [])
+
+
 def rel_delta(a: float, b: float) -> float:
     return abs(a - b) / ((a + b) / 2.0)
 
 
-def summarize(a: list[dict], b: list[dict]) -> dict:
-    """Median and p95 of the relative speedup difference between runs A and B, per baseline."""
+def summarize(a: list[dict], b: list[dict], split_host_bound: bool = True) -> dict:
+    """Median and p95 of the relative speedup difference between runs A and B, per baseline.
+
+    With ``split_host_bound``, the same figures again (``gpu_bound``) over the candidates whose times were all
+    GPU-bound in both runs, and each host-bound one (``host_bound``: a time the evaluator flagged as set by the
+    host issuing launches, in either run; its result's ``extra["host_bound"]``) with its differences apart:
+    such a time is the host's launch rate, which moves between processes (reports mark it approximate)."""
     ka = {(r["problem_id"], r["model"]): r for r in a}
     kb = {(r["problem_id"], r["model"]): r for r in b}
+    if split_host_bound:
+        hb = {k for k in set(ka) & set(kb) if ka[k].get("host_bound") or kb[k].get("host_bound")}
+        out = summarize([r for k, r in ka.items() if k not in hb], [r for k, r in kb.items() if k not in hb],
+                        split_host_bound=False)
+        out["gpu_bound"] = {k: v for k, v in out.items()}
+        out.update(summarize(a, b, split_host_bound=False))
+        out["host_bound"] = [
+            {"problem_id": k[0], "model": k[1], "flagged": sorted({*_flags(ka[k]), *_flags(kb[k])}),
+             **{c: [ka[k][c], kb[k][c]] for c in ("candidate_ms", "eager_ms", "compile_ms")},
+             **{f"{c}_rel_delta": rel_delta(ka[k][c], kb[k][c]) for c in ("speedup_eager", "speedup_compile")
+                if ka[k][c] and kb[k][c]}}
+            for k in sorted(hb)]
+        return out
     out: dict = {"n_both": 0, "verdicts_equal": 0, "n_common": 0}
     common = sorted(set(ka) & set(kb))
     out["n_common"] = len(common)

@@ -6,7 +6,10 @@
 #                                             started in the background (session21.sh), waited for up to 560 s
 #   2: bash scripts/gpu/session27.sh repeat   s27a waited for to its end, then issue 3's repeatability: the same 20
 #                                             level-1 candidates in two runs under kbench (session3.sh's repeat)
-#   3: bash scripts/gpu/session27.sh exploits scripts/gpu/exploits.py
+#   3: bash scripts/gpu/session27.sh exploits; bash scripts/gpu/session27.sh share
+#                                             on a fresh machine, with the custom-kernel share (attack C) merged:
+#                                             scripts/gpu/exploits.py, then one kbench run of the same 20 real
+#                                             level-1 candidates (their shares: does an honest one fall below 1%?)
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 unpack() {
@@ -29,4 +32,10 @@ case ${1:?sweep, repeat or exploits} in
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
     PYTHONPATH=/tmp/site:$PWD timeout ${T_EXPLOITS:-300} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" \
       > "$OUT/exploits.log" 2>&1; echo "rc=$?"; tail -40 "$OUT/exploits.log" ;;
+  share)
+    unpack
+    mkdir -p "$OUT/share"
+    OUT=$OUT/share PHASES=repeat REPEAT_PROTOCOLS=kbench REPEAT_N=1 REPEAT_TAG=share T_REPEAT=${T_REPEAT:-300} \
+      SKIP_WHEELS=1 bash scripts/gpu/session3.sh > "$OUT/share/driver.log" 2>&1
+    rm -f "$OUT/share/gpu3.db"; tail -5 "$OUT/share/session.log" ;;
 esac
