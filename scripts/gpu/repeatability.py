@@ -62,10 +62,11 @@ def read_rows(db: Path, run: str) -> list[dict]:
         con.close()
 
 
-def pick(store: Path, run: str, generations: Path, n: int) -> list[dict]:
-    """``n`` level-1 generations: those the stored run judged correct first, by problem id and model."""
+def pick(store: Path, run: str, generations: Path, n: int, ids: set[int] | None = None) -> list[dict]:
+    """``n`` level-1 generations: those the stored run judged correct first, by problem id and model (only
+    problems in ``ids`` when given)."""
     gens = [json.loads(x) for x in generations.read_text().splitlines() if x.strip()]
-    gens = [g for g in gens if int(g["level"]) == 1]
+    gens = [g for g in gens if int(g["level"]) == 1 and (ids is None or int(g["problem_id"]) in ids)]
     correct = {(r["problem_id"], r["model"]) for r in read_rows(store, run) if r["level"] == 1
                and r["outcome"] == "correct"}
     seen: set[tuple[int, str]] = set()
@@ -139,6 +140,7 @@ def main() -> int:
     ap.add_argument("--problems", required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--ids", default="", help="only these level-1 problems, e.g. 1,2,3,4,5,12 (default: any)")
     ap.add_argument("--protocols", default="kbench,kernelbench",
                     help="comma-separated; an entry may change protocol settings after a colon, separated by "
                          "'+': kbench:hide_launch=true+placements=4 (passed to kbench run as -P KEY=VALUE)")
@@ -151,7 +153,7 @@ def main() -> int:
                          "run is reused, a cut one resumed (kbench run --resume)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    chosen = pick(a.store, a.run, a.generations, a.n)
+    chosen = pick(a.store, a.run, a.generations, a.n, {int(x) for x in a.ids.split(",") if x.strip()} or None)
     work = a.work
     work.mkdir(parents=True, exist_ok=True)
     sel = work / "selected.jsonl"

@@ -10,6 +10,9 @@
 #                                             on a fresh machine, with the custom-kernel share (attack C) merged:
 #                                             scripts/gpu/exploits.py, then one kbench run of the same 20 real
 #                                             level-1 candidates (their shares: does an honest one fall below 1%?)
+#   5: bash scripts/gpu/session27.sh hostbound  on a fresh machine: three runs (A builds, B and C find the builds) of
+#                                             the 7 candidates of L1/2, 3, 4, 5 and 12 (the host-bound rows of calls
+#                                             2 and 4 and one GPU-bound control): B against C is a pair without builds
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 unpack() {
@@ -32,6 +35,12 @@ case ${1:?sweep, repeat or exploits} in
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
     PYTHONPATH=/tmp/site:$PWD timeout ${T_EXPLOITS:-300} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" \
       > "$OUT/exploits.log" 2>&1; echo "rc=$?"; tail -40 "$OUT/exploits.log" ;;
+  hostbound)
+    unpack
+    mkdir -p "$OUT/hb"
+    OUT=$OUT/hb PHASES=repeat REPEAT_PROTOCOLS=kbench REPEAT_N=3 REPEAT_TAG=hb REPEAT_IDS=2,3,4,5,12 \
+      T_REPEAT=${T_REPEAT:-200} bash scripts/gpu/session3.sh > "$OUT/hb/driver.log" 2>&1
+    rm -f "$OUT/hb/gpu3.db"; tail -3 "$OUT/hb/session.log" ;;
   share)
     unpack
     mkdir -p "$OUT/share"

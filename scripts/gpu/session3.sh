@@ -73,7 +73,7 @@ for phase in ${PHASES//,/ }; do
     repeat)
       timeout ${T_REPEAT:-300} python3 scripts/gpu/repeatability.py --store $DB --run kernelsseum \
         --generations .data/kernelsseum-v0/generations.jsonl --problems .data/kernelsseum-v0/problems \
-        ${REPEAT_PROTOCOLS:+--protocols $REPEAT_PROTOCOLS} ${REPEAT_TAG:+--tag $REPEAT_TAG} ${REPEAT_N:+--repeats $REPEAT_N} \
+        ${REPEAT_PROTOCOLS:+--protocols $REPEAT_PROTOCOLS} ${REPEAT_TAG:+--tag $REPEAT_TAG} ${REPEAT_N:+--repeats $REPEAT_N} ${REPEAT_IDS:+--ids $REPEAT_IDS} \
         ${REPEAT_ARGS:+--kbench-args="$REPEAT_ARGS"} --out "$OUT" >> "$OUT/session.log" 2>&1
       rc=$?
       # the runs' stores (raw samples, windows, clocks) for the analysis elsewhere
