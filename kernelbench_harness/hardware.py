@@ -137,6 +137,71 @@ class NvmlProbe:
                 "power_w": round(mw.value / 1000.0, 1), "reasons": reasons.value}
 
 
+def last_cpu(pid: int | None = None) -> int | None:
+    """The CPU a process's main thread last ran on (``/proc/<pid>/stat``'s 39th field, ``processor``), or
+    None where it cannot be read (the process is gone, no ``/proc``). ``pid`` None: this process.
+
+    Recorded at the start and end of each timing window (the timing process's CPU): a time the host paces
+    (a host-bound call) can depend on the core it was issued from (H200 session 27: the same host-bound
+    calls took one of two levels, up to 2.4x apart, in different processes on a quiet host)."""
+    try:
+        with open(f"/proc/{'self' if pid is None else int(pid)}/stat", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+        # the command name (field 2) is in parentheses and may hold spaces or parentheses: count after the last ')'
+        return int(text[text.rindex(")") + 2:].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_numa_node(cpu: int | None) -> int | None:
+    """The NUMA node of a CPU (its ``/sys/devices/system/cpu/cpu<N>/node<M>`` entry), or None where sysfs does
+    not say (one node, or no sysfs)."""
+    if cpu is None:
+        return None
+    try:
+        for name in os.listdir(f"/sys/devices/system/cpu/cpu{int(cpu)}"):
+            if name.startswith("node") and name[4:].isdigit():
+                return int(name[4:])
+    except OSError:
+        pass
+    return None
+
+
+def cpu_mhz(cpu: int | None) -> float | None:
+    """A CPU's current frequency in MHz (``cpufreq/scaling_cur_freq``), or None where the kernel does not
+    expose it (common in virtual machines)."""
+    if cpu is None:
+        return None
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{int(cpu)}/cpufreq/scaling_cur_freq") as f:
+            return round(int(f.read().strip()) / 1000.0, 1)
+    except (OSError, ValueError):
+        return None
+
+
+def gpu_numa_node(device: Any) -> int | None:
+    """The NUMA node of a CUDA device's PCI function (``/sys/bus/pci/devices/<address>/numa_node``; -1 from
+    sysfs, meaning none, becomes None), or None off CUDA or where it cannot be read.
+
+    Args:
+        device: a ``torch.device`` (or its string) of type ``cuda``.
+    """
+    try:
+        import torch
+
+        dev = torch.device(device)
+        if dev.type != "cuda" or not torch.cuda.is_available():
+            return None
+        props = torch.cuda.get_device_properties(dev)
+        addr = (f"{int(getattr(props, 'pci_domain_id', 0)):04x}:{int(props.pci_bus_id):02x}:"
+                f"{int(props.pci_device_id):02x}.0")
+        with open(f"/sys/bus/pci/devices/{addr}/numa_node") as f:
+            node = int(f.read().strip())
+        return node if node >= 0 else None
+    except Exception:  # noqa: BLE001 - evidence only
+        return None
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:

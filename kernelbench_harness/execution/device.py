@@ -52,6 +52,7 @@ __all__ = ["EvalJob", "DeviceEvaluator", "ProblemContext", "ReferenceError_"]
 log = logging.getLogger(__name__)
 
 _DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_UNSET = object()  # not read yet
 
 START_OFF_HOLD_ENV = "KBENCH_START_OFF_HOLD"
 
@@ -1398,6 +1399,7 @@ class DeviceEvaluator:
         #: each mode's baseline_info from the last measure_baselines (read after its context may be freed)
         self.last_baseline_info: dict[str, Any] = {}
         self._fingerprint: dict[str, Any] | None = None
+        self._gpu_node: Any = _UNSET  # the device's NUMA node, read at the first window (_record_place)
         # device memory shared with candidate processes (CUDA IPC, see .devshare): tried at the first
         # candidate; KBENCH_DEVSHARE=0 keeps the file exchange
         self._share_ok: bool | None = None if _devshare.enabled() else False
@@ -1469,9 +1471,11 @@ class DeviceEvaluator:
         return self._fingerprint
 
     @contextlib.contextmanager
-    def timing_window(self, what: str) -> Iterator[dict[str, Any]]:
+    def timing_window(self, what: str, timer_pid: int | None = None) -> Iterator[dict[str, Any]]:
         """Hold the device's timing lock (shared by every slot on the same physical device) while
-        timing, and record the wall-clock window: evidence that no two timings shared a device."""
+        timing, and record the wall-clock window: evidence that no two timings shared a device.
+        ``timer_pid``: the process that times in it (the candidate's; None: this one), whose CPU the
+        window records (:meth:`_timing_window`)."""
         resume = self._gpu_share
         self._mark_queued(True)  # the run's other slots on this device give way from their next step
         try:
@@ -1482,7 +1486,7 @@ class DeviceEvaluator:
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
                 resume.release()
-            with self._timing_window(what) as window:
+            with self._timing_window(what, timer_pid) as window:
                 yield window
         finally:
             self._mark_queued(False)
@@ -1527,7 +1531,11 @@ class DeviceEvaluator:
         lk.acquire(shared=True, timeout_s=None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     @contextlib.contextmanager
-    def _timing_window(self, what: str) -> Iterator[dict[str, Any]]:
+    def _timing_window(self, what: str, timer_pid: int | None = None) -> Iterator[dict[str, Any]]:
+        """The window itself (see :meth:`timing_window`). Besides the locks it records the window's
+        evidence: its wall-clock span, the processes it paused (``quiet_pids``, ``quiet_s``), the GPU's
+        clocks (``gpu_start``, ``gpu_end``), how busy the host was (``host_cpu_busy``) and where the timing
+        process ran (:meth:`_timer_place`)."""
         # On a CUDA device the host-wide lock below serialises every window on it, the run's slots' among
         # them, and an flock goes with a holder that dies. The run's multiprocessing lock is taken only
         # where there is no host lock (CPU slots): a slot worker killed inside a window would keep it held
@@ -1545,6 +1553,8 @@ class DeviceEvaluator:
             raise
         window: dict[str, Any] = {"what": what, "device": self.physical_device, "pid": os.getpid(),
                                   "start": time.time()}
+        if timer_pid is not None:  # another process times in it (the candidate's)
+            window["timer_pid"] = int(timer_pid)
         if waited is not None:
             window["host_lock_wait_s"] = round(waited, 3)
         quieter = self.quieter
@@ -1563,10 +1573,13 @@ class DeviceEvaluator:
             except Exception:  # noqa: BLE001 - evidence only: never a reason to keep the locks
                 probe, gpu0 = None, None
             cpu0 = _host_cpu_times()
+            place0 = self._timer_place(timer_pid)
             yield window
         finally:
             try:
                 window["end"] = time.time()
+                if place0 is not None:
+                    self._record_place(window, place0, self._timer_place(timer_pid))
                 if gpu0 is not None:
                     # the device's clocks, temperature, power and clock-event reasons as the window began and
                     # ended: a window that started at idle clocks or hit a power or thermal cap shows here
@@ -1594,6 +1607,37 @@ class DeviceEvaluator:
                         finally:
                             if lock is not None:
                                 lock.release()
+
+    def _timer_place(self, pid: int | None) -> tuple[int, int | None, float | None] | None:
+        """(CPU, its NUMA node, its MHz) where the timing process's main thread last ran, or None where
+        ``/proc`` does not say (:func:`..hardware.last_cpu`). Evidence only: never raises."""
+        from ..hardware import cpu_mhz, cpu_numa_node, last_cpu
+
+        try:
+            cpu = last_cpu(pid)
+            return None if cpu is None else (cpu, cpu_numa_node(cpu), cpu_mhz(cpu))
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _record_place(self, window: dict[str, Any], start: tuple[int, int | None, float | None],
+                      end: tuple[int, int | None, float | None] | None) -> None:
+        """Put where the timing process ran into ``window``: ``timer_cpu`` [start, end] (the CPU its main
+        thread last ran on as the window began and as it ended), ``timer_node`` [start, end] (their NUMA
+        nodes) and ``timer_mhz`` [start, end] (their frequencies) where the host says, and ``gpu_node``
+        (the device's NUMA node, :func:`..hardware.gpu_numa_node`). A host-bound time can follow the core
+        it was issued from: these let an analysis compare windows by place (H200 session 27)."""
+        both = [start, end if end is not None else (None, None, None)]
+        window["timer_cpu"] = [p[0] for p in both]
+        if any(p[1] is not None for p in both):
+            window["timer_node"] = [p[1] for p in both]
+        if any(p[2] is not None for p in both):
+            window["timer_mhz"] = [p[2] for p in both]
+        if self._gpu_node is _UNSET:
+            from ..hardware import gpu_numa_node
+
+            self._gpu_node = gpu_numa_node(self.device)
+        if self._gpu_node is not None:
+            window["gpu_node"] = self._gpu_node
 
     def _nvml_probe(self) -> Any:
         """This device's :class:`..hardware.NvmlProbe` (made on first use), or None off CUDA."""
@@ -3032,7 +3076,7 @@ class DeviceEvaluator:
                 cand_blocks: list[tuple[TimingStats, dict[str, Any]]] = []
                 base_blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
                 for _r in range(rounds):
-                    with self.timing_window("candidate") as window:
+                    with self.timing_window("candidate", h.pid) as window:
                         h.chan.send({"cmd": "time", "timer": dataclasses.asdict(cand_part)}
                                     if rounds > 1 or cand_part is not part else {"cmd": "time"})
                         # from when the window got the device: waiting for the lock is not the candidate's time

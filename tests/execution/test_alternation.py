@@ -124,3 +124,15 @@ def test_the_candidate_process_is_stopped_while_baselines_are_timed(tmp_path) ->
     finally:
         p.kill()
         p.wait()
+
+
+def test_windows_record_the_process_that_timed_and_its_cpu(evaluator: DeviceEvaluator) -> None:
+    """A candidate's window names the candidate's process (``timer_pid``) and the CPU it ran on; a
+    baseline's is timed by the slot itself (``pid``)."""
+    res = evaluator.evaluate(_job(ALT, {}))
+    assert res.outcome is Outcome.CORRECT, describe(res)
+    for w in res.extra["timing_windows"]:
+        assert w["timer_pid"] != w["pid"] and len(w["timer_cpu"]) == 2
+    for info in (res.extra.get("baseline_info") or {}).values():
+        for w in info["windows"]:
+            assert "timer_pid" not in w and len(w["timer_cpu"]) == 2

@@ -41,3 +41,64 @@ def test_a_probe_without_nvml_or_device_samples_nothing():
     # this machine has no NVIDIA driver; an unknown UUID resolves to no device where it has one
     assert NvmlProbe("").sample() is None
     assert NvmlProbe("00000000-0000-0000-0000-000000000000").sample() is None
+
+
+def test_a_window_records_the_cpu_its_timing_process_ran_on(tmp_path):
+    """Host-bound times sat on two levels up to 2.4x apart in different processes on a quiet H200 host
+    (session 27): each window says which CPU (and NUMA node, where the host tells) the timing process ran on."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    from kernelbench_harness.hardware import last_cpu
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs: the candidate's process and this one pinned apart")
+    mine, theirs = allowed[0], allowed[-1]
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "s", sandbox=False)
+    child = subprocess.Popen([sys.executable, "-c",
+                              f"import os, time; os.sched_setaffinity(0, {{{theirs}}}); time.sleep(30)"])
+    try:
+        os.sched_setaffinity(0, {mine})
+        with ev.timing_window("eager") as w:
+            pass
+        assert w["timer_cpu"] == [mine, mine]  # no pid: this process times
+        for _ in range(300):  # the child pins itself and sleeps there
+            if os.sched_getaffinity(child.pid) == {theirs} and last_cpu(child.pid) == theirs:
+                break
+            time.sleep(0.01)
+        with ev.timing_window("candidate", child.pid) as w:
+            pass
+        assert w["timer_cpu"] == [theirs, theirs]  # the candidate's process, not the trusted one
+        assert "gpu_node" not in w  # a CPU device has no PCI function
+        child.kill()
+        child.wait()
+        with ev.timing_window("candidate", child.pid) as w:
+            pass
+        assert "timer_cpu" not in w  # gone before the window began: nothing to say, nothing raised
+    finally:
+        os.sched_setaffinity(0, allowed)
+        child.kill()
+        ev.close()
+
+
+def test_last_cpu_reads_the_field_after_a_command_name_with_spaces(tmp_path, monkeypatch):
+    from kernelbench_harness import hardware
+
+    fields = ["S"] + [str(i) for i in range(4, 39)] + ["7"] + ["0"] * 10  # field 39 (processor) = 7
+    line = "1234 (a b) c)) " + " ".join(fields)
+    real_open = open
+
+    def fake_open(path, *a, **k):
+        if str(path) == "/proc/4242/stat":
+            p = tmp_path / "stat"
+            p.write_text(line)
+            return real_open(p, *a, **k)
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    assert hardware.last_cpu(4242) == 7
