@@ -158,8 +158,9 @@ class Protocol:
         allow_torch_ops: PyTorch ops beside custom kernels (KernelBench allows partial replacement).
         allow_vendor_libs: cuBLAS/cuDNN calls from the candidate's own code.
         allow_lower_precision: lower-precision math (fp16/bf16/TF32) inside an fp32 problem.
-        min_custom_kernel_share: the least share of a profiled forward call's device time that the
-            candidate's own kernels (its ``@triton.jit`` and ``__global__`` functions, by name) must take;
+        min_custom_kernel_share: the least share of a profiled forward call's device time (on a GPU only:
+            a CPU has no CUDA profile) that the candidate's own kernels (its ``@triton.jit`` and ``__global__``
+            functions, by name) must take;
             a candidate otherwise correct below it is ``policy(torch-work)`` with no speedup (0 = recorded
             only). 0.01 in ``kbench``: a token kernel beside a PyTorch computation that does the work
             (and that may tell the kernel-ablation call apart) takes a fraction of a percent; 0 in

@@ -37,7 +37,7 @@ from . import timing as _timing
 from .build import target_arch_list
 from .channel import ChannelClosed, ChannelError, ChannelTimeout
 from .guards import apply_tf32, cheat_findings, static_findings
-from .kernelshare import custom_kernel_share, own_kernel_names
+from .kernelshare import custom_kernel_share, own_kernel_names, own_namespaces
 from .process import ChildHandle, Launcher
 from .quiet import in_tree, proc_stat
 from .sandbox import clean_environment, site_write_dirs
@@ -3055,6 +3055,9 @@ class DeviceEvaluator:
                 h.chan.send({"cmd": "profile", "set": 0})
                 profile = expect(run_deadline, "profile").get("profile") or {}
                 mark("profile")
+                failed = profiled_call_failure(profile)
+                if failed is not None:
+                    raise _ChildFailed(*failed)
             if ok and not static_cheat:
                 state = "time"
                 if self.device.type == "cuda":
@@ -3414,7 +3417,8 @@ class DeviceEvaluator:
         if not isinstance(kernel_us, dict):
             checks["kernel_share"] = "not judged: the profile has no kernel times"
             return None
-        share, detail = custom_kernel_share(kernel_us, own_kernel_names(job.candidate.source))
+        share, detail = custom_kernel_share(kernel_us, own_kernel_names(job.candidate.source),
+                                            namespaces=own_namespaces(job.candidate.source))
         extra["custom_kernel_share_detail"] = detail
         if share is None:
             checks["kernel_share"] = "not judged: no device time was profiled"
@@ -3444,6 +3448,18 @@ def _record_recheck(findings: list[Finding], cmp: Comparison, check: str, severi
                                 f"{where} crossed the correctness bound by a rounding-sized margin (not a stale "
                                 f"result; the correctness trials passed): {cmp.detail}",
                                 {"reason": cmp.reason, "max_abs_err": cmp.max_abs_err, "bound": cmp.bound}))
+
+
+def profiled_call_failure(profile: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(kind, error)`` when the candidate's profiled forward call raised (the worker's ``call_error``, with
+    ``oom`` when it ran out of memory), else None. That call passed every correctness trial before, so a
+    failure there is the candidate's (one that reads the profiler's state and raises to leave the kernel share
+    unjudged, README's attack C), not a profiler failure (``error``), which leaves the share unjudged.
+    ``kind``: ``"oom"`` or ``"runtime_error"``."""
+    err = profile.get("call_error")
+    if not err:
+        return None
+    return ("oom" if profile.get("oom") is True else "runtime_error", f"the profiled call raised: {str(err)[:2000]}")
 
 
 def _host_cpu_times() -> tuple[int, int] | None:

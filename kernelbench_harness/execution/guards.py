@@ -78,7 +78,10 @@ _INTROSPECTION_ATTRS = {"_getframe", "getframe", "f_back", "f_globals", "f_local
                         "get_referrers", "get_referents", "settrace", "setprofile", "addaudithook",
                         "__subclasses__", "__globals__", "gi_frame", "cr_frame", "tb_frame", "__builtins__",
                         "__code__", "__closure__", "cell_contents", "currentframe", "__traceback__", "tb_next",
-                        "ag_frame", "f_trace"}
+                        "ag_frame", "f_trace",
+                        # the profiler's state: a candidate that reads it can act differently in the profiled call
+                        # (the custom-kernel share, kernelshare.py, and the launch check are read from that call)
+                        "_profiler_enabled", "_is_profiler_enabled", "_get_current_profiler"}
 # a computed attribute name whose constant parts begin like these reaches frames or code objects
 _INTROSPECTION_PREFIXES = ("tb_", "f_", "gi_", "cr_", "ag_")
 _DUNDER_PREFIXES = ("__torch_", "__class__", "__dict__", "__closure", "__code", "__globals", "__traceback",
@@ -268,6 +271,10 @@ def static_findings(source: str) -> list[Finding]:
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and "kernelbench_harness" in n.value:
             # the harness's modules named in a string (pkgutil.resolve_name, pydoc.locate, __import__ by name)
             out.append(_f("static.introspection", Severity.CHEAT, "introspection", "names the harness's package", n))
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and "profiler_enabled" in n.value:
+            # the profiler's state looked up by name (getattr(torch.autograd, "_profiler_enabled"))
+            out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                          "names the profiler's state in a string", n))
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             if isinstance(n, ast.Import):
                 mods = [a.name for a in n.names]
@@ -275,6 +282,8 @@ def static_findings(source: str) -> list[Finding]:
                 mods = [n.module or ""] + [f"{n.module}.{a.name}" for a in n.names if n.module]
             for m in mods:
                 root = m.split(".")[0]
+                if m.rsplit(".", 1)[-1] in _INTROSPECTION_ATTRS and isinstance(n, ast.ImportFrom):
+                    out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"imports {m}", n))
                 if root in _THREAD_MODULES or m in _THREAD_MODULES:
                     out.append(_f("static.threads", Severity.CHEAT, "deferred-work", f"imports {m}", n))
                 if root in _INTROSPECTION_MODULES:

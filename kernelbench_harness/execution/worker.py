@@ -839,12 +839,21 @@ class _Job:
                 from torch.profiler import ProfilerActivity, profile
 
                 prof = profile(activities=[ProfilerActivity.CUDA])
+            call_error: BaseException | None = None
             with prof:
                 # the call's private copies are made inside the profiled region, on the current stream: a call
                 # whose own kernels all run on one side stream is still seen on two (launch_hiding_for); their
                 # copy kernels count in kernel_us's total, as work that is not the candidate's own
-                self.call([a.clone() if _isinstance(a, torch.Tensor) else a for a in args])
-                self.sync()
+                try:
+                    self.call([a.clone() if _isinstance(a, torch.Tensor) else a for a in args])
+                    self.sync()
+                except Exception as e:  # the candidate's own failure, not the profiler's: told apart below
+                    call_error = e
+            if call_error is not None:
+                # a call that ran in the correctness trials and fails only here (under the profiler: a candidate
+                # that reads the profiler's state to switch the share check off) is the candidate's runtime error
+                return {"call_error": f"{type(call_error).__name__}: {call_error}"[:2000],
+                        "oom": _classify_exception(call_error) == "oom"}
             events = prof.events() if hasattr(prof, "events") else prof.function_events
             names: dict[str, int] = {}
             streams: set[int] = set()
@@ -859,7 +868,7 @@ class _Job:
                         streams.add(s)
             return {"kernels": names, "streams": sorted(streams), "kernel_us": device_times(events, DeviceType.CUDA)}
         except Exception as e:  # profiler unavailable: the trusted side falls back to call counts
-            return {"error": f"{type(e).__name__}: {e}"}
+            return {"error": f"{type(e).__name__}: {e}"[:2000]}
 
     def watch_precision(self, idx: int) -> None:
         """One extra call on input set ``idx`` with every PyTorch operation watched for float16 /

@@ -236,3 +236,22 @@ def test_the_harness_reached_by_a_modules_identity_a_string_or_pkgutil_is_a_chea
     assert severities("from pydoc import locate\n")["imports pydoc"] == Severity.CHEAT.value
     assert severities('j = "kernelbench_harness.execution.worker"\n')["names the harness's package"] == \
         Severity.CHEAT.value
+
+
+@pytest.mark.parametrize("src", [
+    "import torch\ndef f():\n    return torch.autograd._profiler_enabled()\n",
+    "import torch\nflag = getattr(torch.autograd, '_profiler_enabled')\n",
+    "from torch.autograd import _profiler_enabled\n",
+    "from torch.autograd.profiler import _is_profiler_enabled as on\n",
+    "import torch\nprof = torch.autograd.profiler._get_current_profiler\n",
+])
+def test_reading_the_profilers_state_is_introspection(src: str) -> None:
+    """The custom-kernel share and the launch check are read from one profiled call: a candidate that can tell
+    that call apart can act differently there (raise, burn time, return garbage)."""
+    got = [f for f in static_findings(src) if f.check == "static.introspection"]
+    assert got and all(f.severity is Severity.CHEAT for f in got)
+
+
+def test_annotating_with_the_profiler_is_not_introspection() -> None:
+    src = "import torch\ndef f(x):\n    with torch.profiler.record_function('mine'):\n        return x + 1\n"
+    assert not [f for f in static_findings(src) if f.check == "static.introspection"]
