@@ -106,6 +106,10 @@ def main() -> int:
                     print(f"     level {lv}: {len(ts)} candidates, first to last {sp:.1f} s"
                           + (f" = {sp / (len(ts) - 1):.2f} s per candidate" if len(ts) > 1 else ""))
         print(f"   timing windows: {len(windows)} on {len(by_dev)} device(s), overlapping pairs: {overlaps}")
+        lane = [w["lane_wait_s"] for w in windows if w.get("lane_wait_s")]
+        if lane:  # KBENCH_LANE_PRIORITY: windows held unqueued while another slot's large job computed
+            print(f"   windows that waited for the lane's large job: {len(lane)}, {sum(lane):.1f} s "
+                  f"(median {statistics.median(lane):.2f} s, max {max(lane):.2f} s)")
         busy_cpu = [w["host_cpu_busy"] for w in windows if "host_cpu_busy" in w]
         if len(busy_cpu) >= 2:  # recorded since session 4: how loaded the host was while timing
             p90 = statistics.quantiles(busy_cpu, n=10)[-1]

@@ -75,6 +75,26 @@ def start_off_hold_enabled() -> bool:
 
 
 COMPILE_OFF_HOLD_ENV = "KBENCH_COMPILE_OFF_HOLD"
+LANE_PRIORITY_ENV = "KBENCH_LANE_PRIORITY"
+
+
+def lane_priority_enabled() -> bool:
+    """Whether ``KBENCH_LANE_PRIORITY`` gives the run's large job (the lane: one at a time per GPU, whose chain
+    set the wall of every whole sweep on an H200, sessions 18-27) the device while it computes: another slot's
+    timing window then waits to be queued until the large job gives its shared hold up (a stretch of host work,
+    its own timing window, a wait for memory, its end; at most :attr:`DeviceEvaluator.LANE_WAIT_MAX_S`), instead
+    of stopping it at its next step. The windows then go on while the large job works on the host (its process
+    starting, its build, a Triton compile, its reference's host work). Unset: no. Off until measured: in session
+    27's cached sweep each large job waited 2.65 s of its 10.35 s for other slots' windows, but how much of that
+    fits in its host stretches is not known. Changes nothing in what is measured: every window still has the
+    device to itself.
+
+    Raises:
+        ValueError: a value other than an on/off switch (:func:`..envflags.env_switch`).
+    """
+    from ..envflags import env_switch
+
+    return env_switch(LANE_PRIORITY_ENV, default=False)
 
 
 def compile_off_hold_enabled() -> bool:
@@ -1412,6 +1432,10 @@ class DeviceEvaluator:
         #: a window queued while the candidate compiles a Triton kernel in a correctness call goes on beside
         #: the compile (``KBENCH_COMPILE_OFF_HOLD``, on by default; see :func:`compile_off_hold_enabled`)
         self.compile_off_hold = compile_off_hold_enabled()
+        #: the lane's job has the device while it computes (``KBENCH_LANE_PRIORITY``, off by default until
+        #: measured on a GPU; see :func:`lane_priority_enabled`)
+        self.lane_priority = lane_priority_enabled()
+        self._lane_job = False  # the current job is the lane's (a large problem) and lane_priority is on
         self._share_bufs: list[_devshare.SharedBuffer] = []
         self._share_out: _devshare.SharedBuffer | None = None
         self._share_failures = 0
@@ -1477,6 +1501,7 @@ class DeviceEvaluator:
         ``timer_pid``: the process that times in it (the candidate's; None: this one), whose CPU the
         window records (:meth:`_timing_window`)."""
         resume = self._gpu_share
+        lane_wait = self._wait_lane()  # (lane_priority) another slot's large job computing goes on first
         self._mark_queued(True)  # the run's other slots on this device give way from their next step
         try:
             if resume is not None:
@@ -1485,27 +1510,65 @@ class DeviceEvaluator:
                 # deadlock with a slot that holds that and waits for this one's shared hold to end)
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
+                self._set_lane(False)
                 resume.release()
             with self._timing_window(what, timer_pid) as window:
+                if lane_wait > 0:
+                    window["lane_wait_s"] = round(lane_wait, 3)
                 yield window
         finally:
             self._mark_queued(False)
             if resume is not None:
                 self._take_shared(resume)
 
+    #: this slot's flag in ``window_queue``: it waits for or holds a timing window (bit 0), and its lane job
+    #: computes on the device holding the shared hold (bit 1, with ``lane_priority`` only: _set_lane)
+    QUEUED_BIT, LANE_BIT = 1, 2
+    #: the longest a slot's window waits, unqueued, for another slot's lane job to give the device up
+    #: (``lane_priority``): a large job computes for seconds between its stretches of host work
+    LANE_WAIT_MAX_S = 30.0
+
     def _mark_queued(self, on: bool) -> None:
         """Set this slot's flag in the run's per-device window queue (``window_queue``): it waits for or
         holds a timing window."""
         if self.window_queue is not None:
             flags, i = self.window_queue
-            flags[i] = 1 if on else 0
+            flags[i] = (flags[i] & self.LANE_BIT) | (self.QUEUED_BIT if on else 0)
 
     def _windows_queued(self) -> bool:
         """Whether another of the run's slots on this device waits for or holds a timing window."""
         if self.window_queue is None:
             return False
         flags, i = self.window_queue
-        return any(f for j, f in enumerate(flags[:]) if j != i)
+        return any(f & self.QUEUED_BIT for j, f in enumerate(flags[:]) if j != i)
+
+    def _set_lane(self, on: bool) -> None:
+        """Set or clear this slot's lane bit in ``window_queue``: on while its lane job (``_lane_job``) holds
+        the device's shared hold and computes, off whenever it gives the hold up (see
+        :func:`lane_priority_enabled`). Does nothing for other jobs, or without a queue."""
+        if self.window_queue is None or not (self._lane_job or not on):
+            return
+        flags, i = self.window_queue
+        on = on and self._gpu_share is not None and not self._host_off
+        flags[i] = (flags[i] & self.QUEUED_BIT) | (self.LANE_BIT if on else 0)
+
+    def _lane_busy(self) -> bool:
+        """Whether another of the run's slots on this device has its lane job computing (its lane bit)."""
+        if self.window_queue is None:
+            return False
+        flags, i = self.window_queue
+        return any(f & self.LANE_BIT for j, f in enumerate(flags[:]) if j != i)
+
+    def _wait_lane(self) -> float:
+        """With ``lane_priority``, before this slot's window is queued: wait while another slot's lane job
+        computes (:meth:`_lane_busy`), at most :attr:`LANE_WAIT_MAX_S`. Returns the seconds waited (0.0 when
+        nothing was waited for, for the lane's own job, or with the switch off)."""
+        if not self.lane_priority or self._lane_job or not self._lane_busy():
+            return 0.0
+        t0, end = time.perf_counter(), time.monotonic() + self.LANE_WAIT_MAX_S
+        while self._lane_busy() and time.monotonic() < end:
+            time.sleep(0.002)
+        return time.perf_counter() - t0
 
     #: the longest a slot waits for the run's other slots' queued windows before it takes the lock back
     #: anyway (a slot that died with its flag set must not stall the others), and for the lock itself
@@ -1529,6 +1592,7 @@ class DeviceEvaluator:
             log.warning("a timing window of this run stayed queued for %.0f s; taking the device lock back",
                         self.QUEUE_WAIT_MAX_S)
         lk.acquire(shared=True, timeout_s=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self._set_lane(True)
 
     @contextlib.contextmanager
     def _timing_window(self, what: str, timer_pid: int | None = None) -> Iterator[dict[str, Any]]:
@@ -1839,6 +1903,9 @@ class DeviceEvaluator:
                 # a large problem, run one per GPU at a time: its claims draw on the lane's reserve, and what it
                 # gives back is kept there for the next (see memledger)
                 self.memory_ledger.lane = bool(job.large)
+            # (lane_priority) the lane's job computes with the device: other slots' windows wait to be queued
+            self._lane_job = bool(job.large) and self.lane_priority
+            self._set_lane(True)
             try:
                 _device_peak(self.device, reset=True)
                 res = self._evaluate(job)
@@ -1868,6 +1935,8 @@ class DeviceEvaluator:
                 return res
             finally:
                 self._in_job = False
+                self._set_lane(False)
+                self._lane_job = False
                 try:
                     self._give_memory_back(free_contexts=True)
                 finally:
@@ -2060,6 +2129,7 @@ class DeviceEvaluator:
             if lk is not None and not released:
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
+                self._set_lane(False)
                 lk.release()
                 released.append(lk)
         try:
@@ -2301,6 +2371,7 @@ class DeviceEvaluator:
         try:
             yield
         finally:
+            self._set_lane(False)
             self._gpu_share = None
             lk.release()
 
@@ -2425,6 +2496,7 @@ class DeviceEvaluator:
                 return 0.0
             if midstep and h is not None:
                 time.sleep(self.MIDSTEP_GRACE_S)
+            self._set_lane(False)
             lk.release()
             try:
                 # a process stopped mid-step is not let run out of time while it is stopped (its deadline moves by

@@ -861,3 +861,85 @@ class ModelNew(_Base):
         assert res.phase_s["trial_call"] > 0.0  # the process's own steps still arrive
     finally:
         ev.close()
+
+
+def _lane_job(ev: DeviceEvaluator, steps: list[list[float]], host: list[list[float]], n_gpu: int = 6,
+              step_s: float = 0.1, host_s: float = 0.6) -> None:
+    """A large job as the lane runs it: GPU steps (giving way between them when a window is queued), a
+    stretch of host work (its shared hold given up), GPU steps again."""
+    with ev._gpu_work():
+        ev._lane_job = ev.lane_priority  # as evaluate() sets it for a large job
+        ev._set_lane(True)
+        try:
+            for part in range(2):
+                for _ in range(n_gpu):
+                    t0 = time.time()
+                    time.sleep(step_s)
+                    steps.append([t0, time.time()])
+                    ev._gpu_yield(None)
+                if part == 0:
+                    with ev._host_stretch():
+                        t0 = time.time()
+                        time.sleep(host_s)
+                        host.append([t0, time.time()])
+        finally:
+            ev._set_lane(False)
+            ev._lane_job = False
+
+
+@pytest.mark.parametrize("priority", [True, False])
+def test_with_lane_priority_a_window_waits_for_the_large_jobs_host_work(tmp_path: Path, priority: bool) -> None:
+    """KBENCH_LANE_PRIORITY: another slot's window asked for while the lane's large job computes is queued only
+    when that job gives its hold up (here its host stretch), and runs beside its host work; the large job does not
+    stop for it. Without the switch the window cuts in at the large job's next step, as before."""
+    key = _key()
+    run_lock = threading.Lock()
+    flags = [0, 0]
+    evs = [DeviceEvaluator("cpu", scratch_dir=tmp_path / f"s{i}", sandbox=False, timing_lock=run_lock,
+                           window_queue=(flags, i)) for i in range(2)]
+    for ev in evs:
+        ev.host_lock_key = key
+        ev.lane_priority = priority
+    steps: list[list[float]] = []
+    host: list[list[float]] = []
+    try:
+        t = threading.Thread(target=_lane_job, args=(evs[0], steps, host))
+        t.start()
+        assert _wait_until(lambda: len(steps) >= 1)
+        with evs[1]._gpu_work():
+            with evs[1].timing_window("candidate") as w:
+                time.sleep(0.2)
+        t.join(20)
+        assert not t.is_alive()
+        for s in steps:  # never inside the window, either way
+            assert not (s[0] < w["end"] and w["start"] < s[1]), (s, w)
+        gpu_before = [s for s in steps if s[1] <= host[0][0]]
+        if priority:
+            assert len(gpu_before) == 6, "the large job stopped for the window before its host work"
+            assert host[0][0] <= w["start"] and w["end"] <= host[0][1] + 0.05, (w, host)  # beside its host work
+            assert w["lane_wait_s"] > 0.3
+        else:
+            assert w["start"] < host[0][0] and "lane_wait_s" not in w  # it cut in at the next step
+        assert flags == [0, 0]
+    finally:
+        for ev in evs:
+            ev.close()
+
+
+def test_a_window_waits_for_the_lane_at_most_its_limit(tmp_path: Path) -> None:
+    """A lane bit left set (a slot stuck computing) holds another slot's window back only LANE_WAIT_MAX_S."""
+    flags = [DeviceEvaluator.LANE_BIT, 0]
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "s", sandbox=False, window_queue=(flags, 1))
+    try:
+        ev.lane_priority = True
+        ev.LANE_WAIT_MAX_S = 0.3
+        with ev.timing_window("candidate") as w:
+            pass
+        assert 0.25 < w["lane_wait_s"] < 2.0
+        assert flags == [DeviceEvaluator.LANE_BIT, 0]  # its own flag cleared, the other slot's untouched
+        ev.lane_priority = False
+        with ev.timing_window("candidate") as w:
+            pass
+        assert "lane_wait_s" not in w  # off: no wait
+    finally:
+        ev.close()
