@@ -89,7 +89,9 @@ _DUNDER_PREFIXES = ("__torch_", "__class__", "__dict__", "__closure", "__code", 
 _INTROSPECTION_BUILTINS = {"globals", "__import__", "eval", "exec", "compile", "breakpoint"}
 # getattr / vars / __dict__ with a computed name on these is a lookup hidden from this scan
 _SENSITIVE_OWNERS = {"sys", "builtins", "__builtins__", "time", "os", "gc", "threading", "_thread", "importlib",
-                     "torch.backends", "torch.cuda", "torch.cuda.Event", "ctypes", "signal"}
+                     "torch.backends", "torch.cuda", "torch.cuda.Event", "ctypes", "signal",
+                     # the profiler's state under a computed name (the custom-kernel share's profiled call)
+                     "torch.autograd", "torch.autograd.profiler", "torch.profiler", "torch._C", "torch._C._autograd"}
 # the same modules reached as attributes of another (``torch.sys``, ``numpy.os``)
 _SENSITIVE_LEAVES = {"sys", "builtins", "__builtins__", "os", "gc", "threading", "_thread", "importlib", "ctypes",
                      "signal", "inspect"}

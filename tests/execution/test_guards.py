@@ -244,6 +244,7 @@ def test_the_harness_reached_by_a_modules_identity_a_string_or_pkgutil_is_a_chea
     "from torch.autograd import _profiler_enabled\n",
     "from torch.autograd.profiler import _is_profiler_enabled as on\n",
     "import torch\nprof = torch.autograd.profiler._get_current_profiler\n",
+    "import torch\nname = '_pro' + 'filer_enabled'\nflag = getattr(torch.autograd, name)\n",
 ])
 def test_reading_the_profilers_state_is_introspection(src: str) -> None:
     """The custom-kernel share and the launch check are read from one profiled call: a candidate that can tell
