@@ -314,8 +314,8 @@ def _check_environment() -> None:
     import torch
 
     from .execution import devshare
-    from .execution.device import (COMPILE_OFF_HOLD_ENV, START_OFF_HOLD_ENV, ProblemContext, compile_off_hold_enabled,
-                                   start_off_hold_enabled)
+    from .execution.device import (COMPILE_OFF_HOLD_ENV, LANE_PRIORITY_ENV, START_OFF_HOLD_ENV, ProblemContext,
+                                   compile_off_hold_enabled, lane_priority_enabled, start_off_hold_enabled)
 
     try:
         devshare.enabled()
@@ -329,6 +329,7 @@ def _check_environment() -> None:
                        (build.slim_headers_enabled, "set KBENCH_SLIM_HEADERS=0 or 1, or unset it (1)"),
                        (start_off_hold_enabled, f"set {START_OFF_HOLD_ENV}=0 or 1, or unset it (0)"),
                        (compile_off_hold_enabled, f"set {COMPILE_OFF_HOLD_ENV}=0 or 1, or unset it (1)"),
+                       (lane_priority_enabled, f"set {LANE_PRIORITY_ENV}=0 or 1, or unset it (0)"),
                        (sandbox.pinned_layers, "name the layers to try first from netns, landlock, caps, seccomp "
                                                "(e.g. KBENCH_SANDBOX_LAYERS=netns,caps), or unset it")):
         try:

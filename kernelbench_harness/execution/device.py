@@ -1622,7 +1622,7 @@ class DeviceEvaluator:
         if waited is not None:
             window["host_lock_wait_s"] = round(waited, 3)
         quieter = self.quieter
-        gpu0 = probe = cpu0 = None
+        gpu0 = probe = cpu0 = place0 = None
         try:
             if quieter is not None:
                 # the run's builds and warm-ups pause (--quiet-host): a timing the host paces follows the
@@ -2513,6 +2513,7 @@ class DeviceEvaluator:
                 self._gpu_share = None
                 raise RuntimeError(f"the device's host lock was not free again within "
                                    f"{self.QUEUE_WAIT_MAX_S:.0f} s: {e}") from None
+            self._set_lane(True)
             raise ChannelTimeout("the device's lock was not free again before the candidate's time ran out")
         waited = time.perf_counter() - t0
         if phase is not None:
@@ -3000,8 +3001,13 @@ class DeviceEvaluator:
             read and dropped."""
             assert h is not None
             announced = False
+            lane_off = False  # (lane_priority) this lane job's bit is down for the host step: windows may queue
             while True:
-                if (host_step or announced) and self._gpu_share is not None:
+                host_now = (host_step or announced) and self._gpu_share is not None
+                if host_now != lane_off:
+                    self._set_lane(not host_now)
+                    lane_off = host_now
+                if host_now:
                     try:
                         msg = h.chan.recv(timeout_s=min(self.MIDSTEP_POLL_S, max(0.0, deadline - time.monotonic())))
                     except ChannelTimeout:
@@ -3026,6 +3032,8 @@ class DeviceEvaluator:
                 if msg.get("event") == "error":
                     raise _ChildFailed(str(msg.get("kind", "runtime_error")), str(msg.get("error", ""))[:8000])
                 if msg.get("event") in events:
+                    if lane_off:
+                        self._set_lane(True)
                     return msg
 
         if self.device.type == "cuda":

@@ -37,7 +37,9 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
                            _share_ok=share_ok, _take_shared=lambda lk, deadline=None: None, _alone=False, _job_claim=0.0,
                            _share_out_nbytes=DeviceEvaluator._share_out_nbytes,
                            work_nbytes=DeviceEvaluator.work_nbytes, weights_nbytes=DeviceEvaluator.weights_nbytes,
-                           PHYSICAL_WAIT_MAX_S=10.0, PHYSICAL_POLL_S=0.01)
+                           PHYSICAL_WAIT_MAX_S=10.0, PHYSICAL_POLL_S=0.01,
+                           window_queue=None, lane_priority=False, _lane_job=False, _host_off=False)
+    slot._set_lane = lambda on: DeviceEvaluator._set_lane(slot, on)
     slot._planner = lambda ctx, total, baselines=False: DeviceEvaluator._planner(slot, ctx, total, baselines)
     slot._wait_device_free = lambda need, give, wait: DeviceEvaluator._wait_device_free(slot, need, give, wait)
     slot._lock_given_up_while_waiting = lambda: DeviceEvaluator._lock_given_up_while_waiting(slot)
@@ -393,7 +395,7 @@ def test_a_cuda_window_takes_the_host_lock_but_not_the_runs_multiprocessing_lock
     taken: list[str] = []
     run_lock = SimpleNamespace(acquire=lambda: taken.append("run"), release=lambda: taken.append("run released"))
     slot = SimpleNamespace(timing_lock=run_lock, host_lock_key="gpu-test-uuid", physical_device="cuda:0",
-                           quieter=None, _nvml_probe=lambda: None)
+                           quieter=None, _nvml_probe=lambda: None, _timer_place=lambda pid: None)
     other = HostDeviceLock("gpu-test-uuid")
     with devmod.DeviceEvaluator._timing_window(slot, "candidate") as window:
         with pytest.raises(TimeoutError):  # the window holds the host lock exclusively
@@ -402,7 +404,7 @@ def test_a_cuda_window_takes_the_host_lock_but_not_the_runs_multiprocessing_lock
     other.acquire(shared=True, timeout_s=2.0)  # and gives it back
     other.release()
     cpu = SimpleNamespace(timing_lock=run_lock, host_lock_key=None, physical_device="cpu", quieter=None,
-                          _nvml_probe=lambda: None)
+                          _nvml_probe=lambda: None, _timer_place=lambda pid: None)
     with devmod.DeviceEvaluator._timing_window(cpu, "candidate"):
         pass
     assert taken == ["run", "run released"]
