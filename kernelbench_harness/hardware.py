@@ -144,12 +144,12 @@ def last_cpu(pid: int | None = None) -> int | None:
     Recorded at the start and end of each timing window (the timing process's CPU): a time the host paces
     (a host-bound call) can depend on the core it was issued from (H200 session 27: the same host-bound
     calls took one of two levels, up to 2.4x apart, in different processes on a quiet host)."""
+    from .execution.quiet import proc_stat
+
+    fields = proc_stat("self" if pid is None else int(pid))  # from the state (field 3) on
     try:
-        with open(f"/proc/{'self' if pid is None else int(pid)}/stat", "rb") as f:
-            text = f.read().decode("ascii", "replace")
-        # the command name (field 2) is in parentheses and may hold spaces or parentheses: count after the last ')'
-        return int(text[text.rindex(")") + 2:].split()[36])
-    except (OSError, ValueError, IndexError):
+        return int(fields[36]) if fields else None
+    except (ValueError, IndexError):
         return None
 
 

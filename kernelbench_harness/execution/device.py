@@ -1535,18 +1535,22 @@ class DeviceEvaluator:
             flags, i = self.window_queue
             flags[i] = (flags[i] & self.LANE_BIT) | (self.QUEUED_BIT if on else 0)
 
-    def _windows_queued(self) -> bool:
-        """Whether another of the run's slots on this device waits for or holds a timing window."""
+    def _others_flagged(self, bit: int) -> bool:
+        """Whether another of the run's slots on this device has ``bit`` set in its ``window_queue`` flag."""
         if self.window_queue is None:
             return False
         flags, i = self.window_queue
-        return any(f & self.QUEUED_BIT for j, f in enumerate(flags[:]) if j != i)
+        return any(f & bit for j, f in enumerate(flags[:]) if j != i)
+
+    def _windows_queued(self) -> bool:
+        """Whether another of the run's slots on this device waits for or holds a timing window."""
+        return self._others_flagged(self.QUEUED_BIT)
 
     def _set_lane(self, on: bool) -> None:
         """Set or clear this slot's lane bit in ``window_queue``: on while its lane job (``_lane_job``) holds
         the device's shared hold and computes, off whenever it gives the hold up (see
         :func:`lane_priority_enabled`). Does nothing for other jobs, or without a queue."""
-        if self.window_queue is None or not (self._lane_job or not on):
+        if self.window_queue is None or (on and not self._lane_job):
             return
         flags, i = self.window_queue
         on = on and self._gpu_share is not None and not self._host_off
@@ -1554,10 +1558,7 @@ class DeviceEvaluator:
 
     def _lane_busy(self) -> bool:
         """Whether another of the run's slots on this device has its lane job computing (its lane bit)."""
-        if self.window_queue is None:
-            return False
-        flags, i = self.window_queue
-        return any(f & self.LANE_BIT for j, f in enumerate(flags[:]) if j != i)
+        return self._others_flagged(self.LANE_BIT)
 
     def _wait_lane(self) -> float:
         """With ``lane_priority``, before this slot's window is queued: wait while another slot's lane job
@@ -3395,11 +3396,10 @@ class DeviceEvaluator:
     def _verdict(self, job: EvalJob, ctx: ProblemContext, compared: list[Comparison], ok: bool,
                  findings: list[Finding], stats: TimingStats | None, tinfo: dict[str, Any],
                  launches: dict[str, int], profile: dict[str, Any], build_info: dict[str, Any],
-                 checks: dict[str, Any] | None = None) -> EvalResult:
+                 checks: dict[str, Any]) -> EvalResult:
         """The result of a candidate whose process ran to its end. ``checks``: the result's
         ``extra["integrity_checks"]``, which gets ``kernel_share`` here (:meth:`_kernel_share`)."""
         p = job.protocol
-        checks = {} if checks is None else checks
         worst_abs = max((c.max_abs_err for c in compared if c.max_abs_err is not None), default=None)
         worst_rel = max((c.max_rel_err for c in compared if c.max_rel_err is not None), default=None)
         kb = all(c.allclose_kernelbench for c in compared if c.allclose_kernelbench is not None) if compared else None

@@ -165,15 +165,8 @@ def kernel_base_name(profiled: str) -> str | None:
         n = int(m.group(1))
         base = name[m.end():m.end() + n]
         return base if len(base) == n and re.fullmatch(r"[A-Za-z_]\w*", base) else None
-    cut = len(name)
-    for ch in "(<":
-        i = name.find(ch)
-        if i != -1:
-            cut = min(cut, i)
-    base = name[:cut].strip()
-    if "::" in base or not re.fullmatch(r"[A-Za-z_][\w.$]*", base):
-        return None
-    return base
+    q = _qualified(name)
+    return q[1] if q is not None and not q[0] else None
 
 
 _NAMESPACE_DECL = re.compile(r"\bnamespace\s+([A-Za-z_]\w{0,100})\s*\{")

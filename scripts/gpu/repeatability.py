@@ -140,7 +140,14 @@ def main() -> int:
     ap.add_argument("--problems", required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--n", type=int, default=20)
-    ap.add_argument("--ids", default="", help="only these level-1 problems, e.g. 1,2,3,4,5,12 (default: any)")
+    def id_set(text: str) -> set[int] | None:
+        try:
+            return {int(x) for x in text.split(",") if x.strip()} or None
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: give problem ids separated by commas, e.g. 1,2,12") from None
+
+    ap.add_argument("--ids", default=None, type=id_set,
+                    help="only these level-1 problems, e.g. 1,2,3,4,5,12 (default: any)")
     ap.add_argument("--protocols", default="kbench,kernelbench",
                     help="comma-separated; an entry may change protocol settings after a colon, separated by "
                          "'+': kbench:hide_launch=true+placements=4 (passed to kbench run as -P KEY=VALUE)")
@@ -153,7 +160,7 @@ def main() -> int:
                          "run is reused, a cut one resumed (kbench run --resume)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    chosen = pick(a.store, a.run, a.generations, a.n, {int(x) for x in a.ids.split(",") if x.strip()} or None)
+    chosen = pick(a.store, a.run, a.generations, a.n, a.ids)
     work = a.work
     work.mkdir(parents=True, exist_ok=True)
     sel = work / "selected.jsonl"
