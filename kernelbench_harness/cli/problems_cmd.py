@@ -11,7 +11,8 @@ from rich.table import Table
 from ..core import LAUNCH_BOUND_US
 from ..problems import load_problems
 from ..protocols import PROTOCOL_NAMES, get_protocol
-from .common import check_problems_source, ids_option, level_option, parse_levels, print_full, problems_option
+from .common import (check_problems_source, ids_option, level_option, parse_levels, print_full, problems_option,
+                     unbounded)
 
 
 @click.group("problems")
@@ -213,7 +214,16 @@ def show_cmd(name: str | None, precision: str, as_json: bool) -> None:
         return
     about = {k: re.sub(r":\w+:`~?([^`]+)`", r"\1", v).replace("``", "`") for k, v in setting_descriptions().items()}
     console = Console()
-    title = ", ".join(f"{n} (fingerprint {p.fingerprint()})" for n, p in protos.items())
+    if unbounded(console):
+        # piped with no $COLUMNS: rich would take the width of a terminal on stdin or stderr (the wide table in a
+        # file or `less`); the output gets 80 columns instead, and so the narrow layout below
+        console.width = 80
+    # the header: each protocol's fingerprint on a line of its own beside its name, never broken by rich
+    # (soft_wrap); a title listing all three wrapped between a name and its fingerprint at 80 columns
+    console.print(f"[bold]{'protocol' if name else 'protocols'} at {precision}, fingerprint{'' if name else 's'}:[/]")
+    width = max(map(len, names))
+    for n, p in protos.items():
+        console.print(f"  {n:<{width}}  {p.fingerprint()}", soft_wrap=True, highlight=False)
     dicts = {n: p.to_dict() for n, p in protos.items()}
     if console.width < (110 if name else 150):
         # a narrow terminal (80 columns): a table squeezes the values and meanings into a few characters a
@@ -221,7 +231,6 @@ def show_cmd(name: str | None, precision: str, as_json: bool) -> None:
         from rich.markup import escape
         from rich.padding import Padding
 
-        console.print(f"[bold]{escape(title)}, {precision}[/]")
         for key in dicts[names[0]]:
             values = [json.dumps(dicts[n][key]) for n in names]
             differ = not name and len(set(values)) > 1
@@ -232,7 +241,7 @@ def show_cmd(name: str | None, precision: str, as_json: bool) -> None:
         console.print("\nChange one setting for a run with -P KEY=VALUE (e.g. -P placements=2); --json prints the "
                       "stored form.")
         return
-    table = Table(title=f"{title}, {precision}", title_justify="left")
+    table = Table()
     table.add_column("setting", no_wrap=True)
     for n in names:
         table.add_column(n if not name else "value", overflow="fold", max_width=None if name else 22)

@@ -371,3 +371,25 @@ def test_verbose_after_the_subcommand_works_as_before_it(tmp_path):
     finally:
         root.setLevel(saved)
 
+
+
+@pytest.mark.parametrize("columns", [None, "80"])
+@pytest.mark.parametrize("name", [None, "kbench", "kernelbench"])
+def test_protocols_show_in_a_pipe_fits_80_columns_and_keeps_each_fingerprint_whole(monkeypatch, columns, name):
+    """Piped with $COLUMNS unset, rich took its width from a terminal on stdin or stderr (a 200-column one here):
+    the output came out as the wide table, over 80 columns; and the header broke between a protocol's name and its
+    fingerprint. Now a pipe without $COLUMNS gets 80 columns, and each fingerprint is on one line beside its name."""
+    import os
+
+    from kernelbench_harness.protocols import PROTOCOL_NAMES, get_protocol
+
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd=1: os.terminal_size((200, 50)))
+    env = {"COLUMNS": columns, "FORCE_COLOR": None, "TTY_COMPATIBLE": None, "TTY_INTERACTIVE": None}
+    res = CliRunner().invoke(cli, ["protocols", "show", *([name] if name else [])], env=env)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    for n in [name] if name else PROTOCOL_NAMES:
+        fp = get_protocol(n).fingerprint()
+        assert [line for line in lines if fp in line and n in line.split()], (n, fp, lines[:6])
+    assert "correct_trials" in res.output and "-P KEY=VALUE" in res.output
