@@ -117,17 +117,46 @@ def child(init_cpu: int, cpus: list[int], ops: int, repeats: int) -> None:
     print(json.dumps({"init_cpu": init_cpu, "cpu": "init-again", **measure()}), flush=True)
 
 
+def series(init_cpu: int, seconds: float, ops: int) -> None:
+    """``--series``: one process pinned to ``init_cpu`` times blocks of ``ops`` launches back to back for
+    ``seconds``; one line per block (its start in ms from the first, microseconds per launch): how long a
+    level lasts."""
+    os.sched_setaffinity(0, {init_cpu})
+    import torch
+
+    x = torch.zeros(1, device="cuda")
+    y = torch.empty_like(x)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    t_first = time.perf_counter()
+    while time.perf_counter() - t_first < seconds:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        start.record()
+        for _ in range(ops):
+            torch.add(x, 1, out=y)
+        end.record()
+        torch.cuda.synchronize()
+        out.append([round((t0 - t_first) * 1000, 2), round(start.elapsed_time(end) * 1000.0 / ops, 3)])
+    print(json.dumps({"init_cpu": init_cpu, "series": out}), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--ops", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--series", type=float, default=0.0,
+                    help="instead: each process times blocks of --ops launches back to back for this many seconds")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     cpus = sorted(os.sched_getaffinity(0))
     if a.child is not None:
-        child(a.child, cpus, a.ops, a.repeats)
+        if a.series > 0:
+            series(a.child, a.series, a.ops)
+        else:
+            child(a.child, cpus, a.ops, a.repeats)
         return 0
     places = cpu_places(cpus)
     gpu = gpu_place()
@@ -136,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, init in enumerate(inits):
         t0 = time.time()
         proc = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--child", str(init),
-                               "--ops", str(a.ops), "--repeats", str(a.repeats)],
+                               "--ops", str(a.ops), "--repeats", str(a.repeats), "--series", str(a.series)],
                               capture_output=True, text=True, timeout=300)
         rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         for r in rows:
@@ -147,6 +176,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"process {i} (init cpu {init}): {len(rows)} rows in {time.time() - t0:.1f}s", flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"cpus": places, "gpu": gpu, "records": records}, indent=1))
+    if a.series > 0:
+        for r in records:
+            lv = [b[1] for b in r.get("series", [])]
+            runs, prev = [], None  # lengths (in blocks) of the runs of one level (below/above 8 us)
+            for v in lv:
+                s = v < 8.0
+                if s == prev:
+                    runs[-1] += 1
+                else:
+                    runs.append(1)
+                prev = s
+            print(f"p{r['process']}@{r['init_cpu']}: {len(lv)} blocks, below 8 us: {sum(v < 8.0 for v in lv)}, "
+                  f"runs of one level (blocks): {runs[:60]}")
+        return 0
     print("gpu:", gpu)
     print("cpu:  " + " ".join(f"{c:>6}" for c in ["init"] + cpus + ["again"]))
     print("node: " + " ".join(f"{str(places[c]['node']):>6}" for c in cpus))

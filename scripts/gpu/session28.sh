@@ -9,6 +9,10 @@
 #                                             sizes) reset to what s28a started from; s28b (KBENCH_LANE_PRIORITY=1)
 #   3: bash scripts/gpu/session28.sh third    s28b waited for to its end, then HB_RUNS runs of the host-bound rows
 #                                             (L1/2, 3, 4, 5, 12) and scripts/host_bound_places.py over their stores
+#   (as run: call 2 started s28b without the store, which the carry had replaced; s28b ran in a third call:
+#    `gunzip .gpu/sweep.db.gz; fresh state; session21.sh start s28b KBENCH_LANE_PRIORITY=1; wait s28b 565`)
+#   4: bash scripts/gpu/session28.sh hostbound  on a fresh machine: cpu_probe.py --series (how long a launch-rate
+#                                             level lasts), then HB_RUNS runs of the host-bound rows and their places
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 SECONDS=0
@@ -36,9 +40,11 @@ case ${1:?first, second or third} in
     bash scripts/gpu/session21.sh wait s28a ${T_WAIT_A:-250} || exit
     fresh_sweep_state
     bash scripts/gpu/session21.sh start s28b KBENCH_LANE_PRIORITY=1 && bash scripts/gpu/session21.sh wait s28b $(left) ;;
-  third)
+  third|hostbound)
     unpack
-    bash scripts/gpu/session21.sh wait s28b ${T_WAIT_B:-250}
+    if [ "$1" = third ]; then bash scripts/gpu/session21.sh wait s28b ${T_WAIT_B:-250}
+    else timeout 60 python3 scripts/gpu/cpu_probe.py --out "$OUT/cpu_series.json" --processes 2 --series 2 --ops 100 \
+      > "$OUT/cpu_series.txt" 2>&1; cat "$OUT/cpu_series.txt"; fi
     mkdir -p "$OUT/hb"
     OUT=$OUT/hb PHASES=repeat REPEAT_PROTOCOLS=kbench REPEAT_N=${HB_RUNS:-2} REPEAT_TAG=hb REPEAT_IDS=2,3,4,5,12 \
       T_REPEAT=$(left 540) bash scripts/gpu/session3.sh > "$OUT/hb/driver.log" 2>&1
