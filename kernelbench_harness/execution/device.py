@@ -2423,6 +2423,11 @@ class DeviceEvaluator:
     #: it answered could already between steps (noticed in review, not closed)
     MIDSTEP_GRACE_S = 0.05
 
+    def _profiles_calls(self) -> bool:
+        """Whether a correct candidate's forward call is profiled (kernel share, streams, launch witness): on a
+        CUDA device only (there is no CUDA profiler elsewhere)."""
+        return self.device.type == "cuda"
+
     def _gpu_yield(self, h: ChildHandle | None, phase: dict[str, float] | None = None,
                    deadline: float | None = None, midstep: bool = False) -> float:
         """Let a timing window that another slot (or run) queued on this device go first: where this
@@ -3131,14 +3136,31 @@ class DeviceEvaluator:
                 self._ablate(h, ctx, jobdir, findings, expect, run_deadline, checks)
                 self._hand_back_judging(ctx)
                 mark("ablation")
-            if ok and self.device.type == "cuda":
-                run_deadline += self._gpu_yield(h, phase, run_deadline)
+            # the profiled call (kernel share, streams, launch witness) runs with the device to itself, inside the
+            # candidate's first timing window, or a window of its own where nothing is timed: under the shared
+            # hold, other slots' untimed work ran beside it and stretched its kernels (H200 session 28: one copy
+            # kernel 0.25 ms in one sweep, 6.3 ms in the next; 11 of 248 share verdicts flipped between them)
+            profile_due = ok and self._profiles_calls()
+
+            def take_profile(waited_since: float) -> None:
+                """The profiled call, inside a window entered after waiting since ``waited_since``
+                (``time.monotonic()``): that wait is not the candidate's time."""
+                nonlocal run_deadline, profile, profile_due
+                run_deadline += time.monotonic() - waited_since
+                profile_due = False
                 h.chan.send({"cmd": "profile", "set": 0})
                 profile = expect(run_deadline, "profile").get("profile") or {}
                 mark("profile")
                 failed = profiled_call_failure(profile)
                 if failed is not None:
                     raise _ChildFailed(*failed)
+
+            if profile_due and static_cheat:  # nothing is timed: a window for the profiled call alone
+                t_wait = time.monotonic()
+                with self.timing_window("profile", h.pid) as window:
+                    window["profiled"] = True
+                    take_profile(t_wait)
+                timing_windows.append(window)
             if ok and not static_cheat:
                 state = "time"
                 if self.device.type == "cuda":
@@ -3155,12 +3177,18 @@ class DeviceEvaluator:
                     phase["baselines"] = phase.get("baselines", 0.0) + time.perf_counter() - t0
                     mark("baseline_compile")
                 part = block_settings(full, rounds)
-                cand_part, hiding = launch_hiding_for(
-                    part, profile, self._spin_cycles_per_ms() if part.hide_launch else None)
+                cand_part, hiding = part, None
                 cand_blocks: list[tuple[TimingStats, dict[str, Any]]] = []
                 base_blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
                 for _r in range(rounds):
+                    t_wait = time.monotonic()
                     with self.timing_window("candidate", h.pid) as window:
+                        if _r == 0:
+                            if profile_due:  # the profiled call first, in the same hold of the device
+                                window["profiled"] = True
+                                take_profile(t_wait)
+                            cand_part, hiding = launch_hiding_for(
+                                part, profile, self._spin_cycles_per_ms() if part.hide_launch else None)
                         h.chan.send({"cmd": "time", "timer": dataclasses.asdict(cand_part)}
                                     if rounds > 1 or cand_part is not part else {"cmd": "time"})
                         # from when the window got the device: waiting for the lock is not the candidate's time

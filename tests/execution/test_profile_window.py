@@ -1,0 +1,87 @@
+"""The profiled call (kernel share, streams, launch witness) runs with the device to itself.
+
+On an H200 (session 28) it ran under the slot's shared hold, beside other slots' untimed work: the same copy
+kernel of the same candidate took 0.25 ms in one sweep and 6.3 ms in the next, and 11 of 248 kernel-share
+verdicts flipped between two sweeps of identical candidates. It now runs inside the candidate's first timing
+window, before the timing in the same hold of the device (or in a window of its own where nothing is timed).
+
+On this CPU-only machine no call is profiled (there is no CUDA profiler), so the tests switch profiling on for a
+CPU evaluator; the profile the candidate's process sends back then says the profiler failed, which leaves the
+share unjudged and the verdict as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+
+from execution.evalkit import evaluate, make_evaluator
+from execution.test_outcomes import TRITON_OK
+from kernelbench_harness.core import Outcome
+from kernelbench_harness.execution import channel as channel_mod
+from kernelbench_harness.execution.device import DeviceEvaluator
+
+
+@pytest.fixture()
+def watched(tmp_path, monkeypatch):
+    """A CPU evaluator that profiles its candidates' calls, and the log of the commands it sent its candidates'
+    processes with the timing window each was sent in (None: outside any window)."""
+    sent: list[tuple[str, int | None]] = []
+    state: dict[str, Any] = {"window": None, "n": 0}
+    real_window = DeviceEvaluator.timing_window
+
+    @contextlib.contextmanager
+    def window(self, what, timer_pid=None):
+        with real_window(self, what, timer_pid) as w:
+            state["n"] += 1
+            state["window"] = state["n"]
+            try:
+                yield w
+            finally:
+                state["window"] = None
+
+    real_send = channel_mod.Channel.send
+
+    def send(self, obj):
+        if isinstance(obj, dict) and "cmd" in obj:
+            sent.append((obj["cmd"], state["window"]))
+        return real_send(self, obj)
+
+    monkeypatch.setattr(DeviceEvaluator, "timing_window", window)
+    monkeypatch.setattr(DeviceEvaluator, "_profiles_calls", lambda self: True)
+    monkeypatch.setattr(channel_mod.Channel, "send", send)
+    ev = make_evaluator(tmp_path / "ev")
+    try:
+        yield ev, sent
+    finally:
+        ev.close()
+
+
+def test_the_profiled_call_is_made_in_the_candidates_first_timing_window(watched) -> None:
+    ev, sent = watched
+    res = evaluate(ev, TRITON_OK)
+    assert res.outcome is Outcome.CORRECT, res
+    cmds = [c for c, _ in sent]
+    assert cmds.count("profile") == 1, sent
+    profile_window = dict(sent)["profile"]
+    assert profile_window is not None, f"the profiled call was made outside a timing window: {sent}"
+    # the same hold of the device as the timing that follows it, and before it
+    time_windows = [w for c, w in sent if c == "time"]
+    assert time_windows and time_windows[0] == profile_window, sent
+    assert cmds.index("profile") < cmds.index("time")
+    windows = res.extra["timing_windows"]
+    assert len(windows) == 1 and windows[0].get("profiled") is True and windows[0]["what"] == "candidate"
+
+
+def test_a_candidate_that_is_not_timed_is_profiled_in_a_window_of_its_own(watched) -> None:
+    """A static cheat is not timed; its call is still profiled (the launch witness), with the device to itself."""
+    ev, sent = watched
+    res = evaluate(ev, TRITON_OK + "\ntorch.cuda.Event.elapsed_time = torch.cuda.Event.elapsed_time\n")
+    assert res.outcome is Outcome.CHEAT, res
+    cmds = [c for c, _ in sent]
+    assert "time" not in cmds and cmds.count("profile") == 1, sent
+    assert dict(sent)["profile"] is not None, f"the profiled call was made outside a timing window: {sent}"
+    windows = res.extra["timing_windows"]
+    assert [w["what"] for w in windows] == ["profile"] and windows[0]["profiled"] is True
