@@ -136,6 +136,55 @@ class NvmlProbe:
         return {"sm_mhz": sm.value, "mem_mhz": mem.value, "temp_c": temp.value,
                 "power_w": round(mw.value / 1000.0, 1), "reasons": reasons.value}
 
+    #: NVML's return codes read here: success, no samples since the time asked for, a buffer too small
+    _NVML_SUCCESS, _NVML_NOT_FOUND, _NVML_INSUFFICIENT_SIZE = 0, 6, 7
+
+    def active_pids(self, since_s: float) -> dict[int, int] | None:
+        """The processes NVML saw using this GPU's SMs since ``since_s`` (seconds since the epoch, as
+        ``time.time()``): ``{pid: highest SM utilisation in percent of its samples}``, from
+        ``nvmlDeviceGetProcessUtilization`` (the driver samples each process's use every few tens to hundreds of
+        milliseconds, so a sample can reach a little before ``since_s``). Processes with 0% in every sample are
+        left out. ``{}``: no process used the SMs. None: NVML cannot say (no driver, a CPU run, a GPU or
+        driver without per-process samples).
+
+        The pids are NVML's, the host's: inside a container they are not the container's own. A timing window
+        that had the device to itself shows one process (the one timing) or none; two or more mean another
+        process's kernels ran during the window (H200 session 28: one window's samples of L3/10 moved between
+        about 11 and 18-20 ms in stretches)."""
+        if self.handle is None:
+            return None
+        import ctypes
+
+        class Sample(ctypes.Structure):  # nvmlProcessUtilizationSample_t
+            _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
+                        ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+
+        fn = getattr(self._lib, "nvmlDeviceGetProcessUtilization", None)
+        if fn is None:
+            return None
+        since_us = ctypes.c_ulonglong(max(0, int(since_s * 1e6)))
+        count = ctypes.c_uint(0)
+        rc = fn(self.handle, None, ctypes.byref(count), since_us)
+        if rc == self._NVML_NOT_FOUND:
+            return {}
+        if rc not in (self._NVML_SUCCESS, self._NVML_INSUFFICIENT_SIZE):
+            return None
+        n = max(0, min(int(count.value), 4096))
+        if n == 0:
+            return {}
+        buf = (Sample * n)()
+        count = ctypes.c_uint(n)
+        rc = fn(self.handle, buf, ctypes.byref(count), since_us)
+        if rc == self._NVML_NOT_FOUND:
+            return {}
+        if rc != self._NVML_SUCCESS:
+            return None
+        out: dict[int, int] = {}
+        for smp in buf[: min(n, int(count.value))]:
+            if smp.smUtil > 0 and smp.timeStamp >= since_us.value:
+                out[int(smp.pid)] = max(out.get(int(smp.pid), 0), int(smp.smUtil))
+        return out
+
 
 def last_cpu(pid: int | None = None) -> int | None:
     """The CPU a process's main thread last ran on (``/proc/<pid>/stat``'s 39th field, ``processor``), or

@@ -110,6 +110,10 @@ def main() -> int:
         if lane:  # KBENCH_LANE_PRIORITY: windows held unqueued while another slot's large job computed
             print(f"   windows that waited for the lane's large job: {len(lane)}, {sum(lane):.1f} s "
                   f"(median {statistics.median(lane):.2f} s, max {max(lane):.2f} s)")
+        witnessed = [w for w in windows if isinstance(w.get("gpu_pids"), dict)]
+        if witnessed:  # recorded since session 28: the processes NVML saw on the SMs during each window
+            shared = [w for w in witnessed if len(w["gpu_pids"]) > 1]
+            print(f"   windows with two or more processes on the SMs (NVML): {len(shared)} of {len(witnessed)}")
         busy_cpu = [w["host_cpu_busy"] for w in windows if "host_cpu_busy" in w]
         if len(busy_cpu) >= 2:  # recorded since session 4: how loaded the host was while timing
             p90 = statistics.quantiles(busy_cpu, n=10)[-1]

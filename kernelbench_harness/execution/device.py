@@ -1652,6 +1652,14 @@ class DeviceEvaluator:
                         window["gpu_start"], window["gpu_end"] = gpu0, probe.sample()  # type: ignore[union-attr]
                     except Exception:  # noqa: BLE001
                         window["gpu_start"] = gpu0
+                    # and which processes NVML saw on the SMs meanwhile: more than one is another's work inside
+                    # the window (evidence only; hardware.NvmlProbe.active_pids)
+                    try:
+                        pids = probe.active_pids(window["start"])  # type: ignore[union-attr]
+                    except Exception:  # noqa: BLE001
+                        pids = None
+                    if pids is not None:
+                        window["gpu_pids"] = {str(k): v for k, v in sorted(pids.items())}
             finally:
                 try:
                     if quieter is not None:

@@ -102,3 +102,64 @@ def test_last_cpu_reads_the_field_after_a_command_name_with_spaces(tmp_path, mon
 
     monkeypatch.setattr("builtins.open", fake_open)
     assert hardware.last_cpu(4242) == 7
+
+
+class _FakeNvml:
+    """``nvmlDeviceGetProcessUtilization`` as the driver answers it: the sample count first (a buffer too small),
+    then the samples; ``rc`` forces a return code."""
+
+    def __init__(self, samples, rc=None):
+        self.samples, self.rc, self.asked_since = samples, rc, []
+
+    def nvmlDeviceGetProcessUtilization(self, handle, buf, count_ref, since):
+        self.asked_since.append(since.value)
+        count = count_ref._obj
+        if self.rc is not None:
+            return self.rc
+        if not self.samples:
+            return 6  # NVML_ERROR_NOT_FOUND: no samples since then
+        if buf is None or count.value < len(self.samples):
+            count.value = len(self.samples)
+            return 7  # NVML_ERROR_INSUFFICIENT_SIZE
+        for i, (pid, ts, sm) in enumerate(self.samples):
+            buf[i].pid, buf[i].timeStamp, buf[i].smUtil = pid, ts, sm
+        count.value = len(self.samples)
+        return 0
+
+
+def _probe_with(lib) -> NvmlProbe:
+    probe = NvmlProbe.__new__(NvmlProbe)
+    probe.handle, probe._lib = object(), lib
+    return probe
+
+
+def test_active_pids_are_the_processes_on_the_sms_since_the_windows_start():
+    """Two sweeps of the same candidates timed L3/10 at 11.2 and 20.1 ms, and one window's samples moved between
+    the two levels in stretches (H200 session 28): each window now says which processes NVML saw on the SMs."""
+    start_s = 1_800_000_000.25
+    t0 = int(start_s * 1e6)
+    lib = _FakeNvml([(101, t0 + 5, 90), (101, t0 + 9, 95), (202, t0 + 7, 40), (303, t0 + 8, 0),
+                     (404, t0 - 10, 99)])  # 303 idle throughout; 404's sample is from before the window
+    assert _probe_with(lib).active_pids(start_s) == {101: 95, 202: 40}
+    assert lib.asked_since == [t0, t0]
+    assert _probe_with(_FakeNvml([])).active_pids(start_s) == {}  # nobody on the SMs
+    assert _probe_with(_FakeNvml([(1, t0, 5)], rc=3)).active_pids(start_s) is None  # not supported: unknown
+    assert _probe_with(object()).active_pids(start_s) is None  # an NVML without the call
+    assert NvmlProbe("").active_pids(start_s) is None  # no device
+
+
+def test_a_window_records_the_processes_nvml_saw(tmp_path):
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "s", sandbox=False)
+    try:
+        probe = _FakeProbe()
+        probe.active_pids = lambda since_s: {202: 40, 101: 95}
+        ev._nvml_probe = lambda: probe
+        with ev.timing_window("candidate") as w:
+            pass
+        assert w["gpu_pids"] == {"101": 95, "202": 40}
+        probe.active_pids = lambda since_s: None  # NVML cannot say: nothing recorded
+        with ev.timing_window("candidate") as w:
+            pass
+        assert "gpu_pids" not in w
+    finally:
+        ev.close()
