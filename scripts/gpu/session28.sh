@@ -9,7 +9,7 @@
 #                                             sizes) reset to what s28a started from; s28b (KBENCH_LANE_PRIORITY=1)
 #   3: bash scripts/gpu/session28.sh third    s28b waited for to its end, then HB_RUNS runs of the host-bound rows
 #                                             (L1/2, 3, 4, 5, 12) and scripts/host_bound_places.py over their stores
-#   (as run: call 2 started s28b without the store, which the carry had replaced; s28b ran in a third call:
+#   (as run: call 2 started s28b without the store, which the carry had replaced (fixed since); s28b ran in a third call:
 #    `gunzip .gpu/sweep.db.gz; fresh state; session21.sh start s28b KBENCH_LANE_PRIORITY=1; wait s28b 565`)
 #   4: bash scripts/gpu/session28.sh hostbound  on a fresh machine: cpu_probe.py --series (how long a launch-rate
 #                                             level lasts), then HB_RUNS runs of the host-bound rows and their places
@@ -39,6 +39,7 @@ case ${1:?first, second or third} in
   second)
     bash scripts/gpu/session21.sh wait s28a ${T_WAIT_A:-250} || exit
     fresh_sweep_state
+    rm -f .gpu/sweep.db; unpack  # (each call's carry replaces .gpu/: the unpacked store is gone)
     bash scripts/gpu/session21.sh start s28b KBENCH_LANE_PRIORITY=1 && bash scripts/gpu/session21.sh wait s28b $(left) ;;
   third|hostbound)
     unpack
