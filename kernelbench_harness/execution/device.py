@@ -3165,7 +3165,7 @@ class DeviceEvaluator:
 
             if profile_due and static_cheat:  # nothing is timed: a window for the profiled call alone
                 t_wait = time.monotonic()
-                with self.timing_window("profile", h.pid) as window:
+                with self.timing_window("profile", h.pid) as window, _ended_on_timeout(h):
                     window["profiled"] = True
                     take_profile(t_wait)
                 timing_windows.append(window)
@@ -3190,7 +3190,7 @@ class DeviceEvaluator:
                 base_blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
                 for _r in range(rounds):
                     t_wait = time.monotonic()
-                    with self.timing_window("candidate", h.pid) as window:
+                    with self.timing_window("candidate", h.pid) as window, _ended_on_timeout(h):
                         if _r == 0:
                             if profile_due:  # the profiled call first, in the same hold of the device
                                 window["profiled"] = True
@@ -3643,6 +3643,21 @@ def _stopped(h: ChildHandle | None, own_group: bool) -> Iterator[None]:
                 stop(signal.SIGCONT)
             except OSError:
                 pass
+
+
+@contextlib.contextmanager
+def _ended_on_timeout(h: ChildHandle) -> Iterator[None]:
+    """Inside a timing window: a candidate's process that runs out of time there (a hung profiled or timed
+    call, a spinning kernel among its work) is killed, and its end waited for, before the window gives the
+    device up. Left to the caller's handler, it ran on beside the windows queued meanwhile:
+    :meth:`DeviceEvaluator.timing_window` takes the slot's shared hold back only once those are done, and the
+    handler runs after that."""
+    try:
+        yield
+    except ChannelTimeout:
+        h.kill("timeout")
+        h.wait_exit(10.0)
+        raise
 
 
 def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],

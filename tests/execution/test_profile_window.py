@@ -13,6 +13,7 @@ share unjudged and the verdict as it is.
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,3 +86,49 @@ def test_a_candidate_that_is_not_timed_is_profiled_in_a_window_of_its_own(watche
     assert dict(sent)["profile"] is not None, f"the profiled call was made outside a timing window: {sent}"
     windows = res.extra["timing_windows"]
     assert [w["what"] for w in windows] == ["profile"] and windows[0]["profiled"] is True
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (not gone, not a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] not in "ZX"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("unanswered", ["profile", "time"])
+def test_a_candidate_that_runs_out_of_time_in_a_window_is_ended_before_the_window_is(
+        tmp_path, monkeypatch, unanswered: str) -> None:
+    """A call that never answers (the command is dropped here: to the trusted side, a hung call) runs out of the
+    candidate's time inside the window. Its process (a spinning kernel among its work) must be gone before the
+    window gives the device up: the window takes the slot's shared hold back only after the windows queued
+    meanwhile, and the ChannelTimeout handler that kills it runs after that (the profiled call used to run under
+    the shared hold, where that handler killed it first)."""
+    at_end: list[bool] = []
+    real_window = DeviceEvaluator.timing_window
+
+    @contextlib.contextmanager
+    def window(self, what, timer_pid=None):
+        with real_window(self, what, timer_pid) as w:
+            try:
+                yield w
+            finally:
+                at_end.append(_running(timer_pid))
+
+    real_send = channel_mod.Channel.send
+
+    def send(self, obj):
+        if isinstance(obj, dict) and obj.get("cmd") == unanswered:
+            return None
+        return real_send(self, obj)
+
+    monkeypatch.setattr(DeviceEvaluator, "timing_window", window)
+    monkeypatch.setattr(DeviceEvaluator, "_profiles_calls", lambda self: True)
+    monkeypatch.setattr(channel_mod.Channel, "send", send)
+    ev = make_evaluator(tmp_path / "ev")
+    try:
+        res = evaluate(ev, TRITON_OK, timeout_s=3.0)
+    finally:
+        ev.close()
+    assert res.outcome is Outcome.TIMEOUT, res
+    assert at_end and not any(at_end), f"the candidate's process still ran as its window ended: {at_end}"
