@@ -148,8 +148,10 @@ class NvmlProbe:
         driver without per-process samples).
 
         The pids are NVML's, the host's: inside a container they are not the container's own. A timing window
-        that had the device to itself shows one process (the one timing) or none; two or more mean another
-        process's kernels ran during the window (H200 session 28: one window's samples of L3/10 moved between
+        that had the device to itself shows at most its own two processes (the candidate's, which times, and the
+        slot's, which stages input sets and calibrates the launch-hiding spin in it); more mean another process's
+        kernels ran during the window (a sample covers the driver's last sample period, so it can reach back a
+        little before the window) (H200 session 28: one window's samples of L3/10 moved between
         about 11 and 18-20 ms in stretches)."""
         if self.handle is None:
             return None
@@ -172,6 +174,7 @@ class NvmlProbe:
         n = max(0, min(int(count.value), 4096))
         if n == 0:
             return {}
+        n += 16  # room for a process that starts between the two calls
         buf = (Sample * n)()
         count = ctypes.c_uint(n)
         rc = fn(self.handle, buf, ctypes.byref(count), since_us)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -112,8 +112,10 @@ def main() -> int:
                   f"(median {statistics.median(lane):.2f} s, max {max(lane):.2f} s)")
         witnessed = [w for w in windows if isinstance(w.get("gpu_pids"), dict)]
         if witnessed:  # recorded since session 28: the processes NVML saw on the SMs during each window
-            shared = [w for w in witnessed if len(w["gpu_pids"]) > 1]
-            print(f"   windows with two or more processes on the SMs (NVML): {len(shared)} of {len(witnessed)}")
+            # a window's own processes are two (the candidate's, timing, and its slot's); more are another's work
+            counts = Counter(min(len(w["gpu_pids"]), 3) for w in witnessed)
+            print("   windows by processes on the SMs (NVML; 3 = three or more, more than the window's own two): "
+                  + ", ".join(f"{k}: {counts[k]}" for k in sorted(counts)) + f" of {len(witnessed)}")
         busy_cpu = [w["host_cpu_busy"] for w in windows if "host_cpu_busy" in w]
         if len(busy_cpu) >= 2:  # recorded since session 4: how loaded the host was while timing
             p90 = statistics.quantiles(busy_cpu, n=10)[-1]

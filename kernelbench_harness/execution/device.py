@@ -3218,7 +3218,9 @@ class DeviceEvaluator:
                     tinfo["launch_hiding"] = hiding
                 if rounds > 1 and measured is not None:
                     measured.update(self._finish_baselines(ctx, list(alternate or []), fns, base_blocks, part))
-                mark("timing")  # includes waiting for the device's timing lock, and alternated baselines
+                # waiting for the device's timing lock (the first window's is in "profile" where a call is profiled),
+                # and alternated baselines
+                mark("timing")
                 def recheck(set_idx: int, inplace: bool) -> Comparison:
                     nonlocal run_deadline
                     if self.device.type == "cuda":
