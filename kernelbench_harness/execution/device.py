@@ -3650,14 +3650,19 @@ def _stopped(h: ChildHandle | None, own_group: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def _ended_on_timeout(h: ChildHandle) -> Iterator[None]:
     """Inside a timing window: a candidate's process that runs out of time there (a hung profiled or timed
-    call, a spinning kernel among its work) is killed, and its end waited for, before the window gives the
-    device up. Left to the caller's handler, it ran on beside the windows queued meanwhile:
+    call, a spinning kernel among its work), or whose profiled call raised (:func:`profiled_call_failure`:
+    the kernels it launched before raising may still run), is killed, and its end waited for, before the window
+    gives the device up. Left to the caller's handler, it ran on beside the windows queued meanwhile:
     :meth:`DeviceEvaluator.timing_window` takes the slot's shared hold back only once those are done, and the
     handler runs after that."""
     try:
         yield
     except ChannelTimeout:
         h.kill("timeout")
+        h.wait_exit(10.0)
+        raise
+    except _ChildFailed:
+        h.kill("its call failed inside a timing window")
         h.wait_exit(10.0)
         raise
 

@@ -96,14 +96,8 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("unanswered", ["profile", "time"])
-def test_a_candidate_that_runs_out_of_time_in_a_window_is_ended_before_the_window_is(
-        tmp_path, monkeypatch, unanswered: str) -> None:
-    """A call that never answers (the command is dropped here: to the trusted side, a hung call) runs out of the
-    candidate's time inside the window. Its process (a spinning kernel among its work) must be gone before the
-    window gives the device up: the window takes the slot's shared hold back only after the windows queued
-    meanwhile, and the ChannelTimeout handler that kills it runs after that (the profiled call used to run under
-    the shared hold, where that handler killed it first)."""
+def _watch_window_ends(monkeypatch) -> list[bool]:
+    """Whether the timing process still ran as each timing window ended (one bool a window, in order)."""
     at_end: list[bool] = []
     real_window = DeviceEvaluator.timing_window
 
@@ -115,6 +109,19 @@ def test_a_candidate_that_runs_out_of_time_in_a_window_is_ended_before_the_windo
             finally:
                 at_end.append(_running(timer_pid))
 
+    monkeypatch.setattr(DeviceEvaluator, "timing_window", window)
+    return at_end
+
+
+@pytest.mark.parametrize("unanswered", ["profile", "time"])
+def test_a_candidate_that_runs_out_of_time_in_a_window_is_ended_before_the_window_is(
+        tmp_path, monkeypatch, unanswered: str) -> None:
+    """A call that never answers (the command is dropped here: to the trusted side, a hung call) runs out of the
+    candidate's time inside the window. Its process (a spinning kernel among its work) must be gone before the
+    window gives the device up: the window takes the slot's shared hold back only after the windows queued
+    meanwhile, and the ChannelTimeout handler that kills it runs after that (the profiled call used to run under
+    the shared hold, where that handler killed it first)."""
+    at_end = _watch_window_ends(monkeypatch)
     real_send = channel_mod.Channel.send
 
     def send(self, obj):
@@ -122,7 +129,6 @@ def test_a_candidate_that_runs_out_of_time_in_a_window_is_ended_before_the_windo
             return None
         return real_send(self, obj)
 
-    monkeypatch.setattr(DeviceEvaluator, "timing_window", window)
     monkeypatch.setattr(DeviceEvaluator, "_profiles_calls", lambda self: True)
     monkeypatch.setattr(channel_mod.Channel, "send", send)
     ev = make_evaluator(tmp_path / "ev")
@@ -131,4 +137,24 @@ def test_a_candidate_that_runs_out_of_time_in_a_window_is_ended_before_the_windo
     finally:
         ev.close()
     assert res.outcome is Outcome.TIMEOUT, res
+    assert at_end and not any(at_end), f"the candidate's process still ran as its window ended: {at_end}"
+
+
+def test_a_candidate_whose_profiled_call_raised_is_ended_before_the_window_is(tmp_path, monkeypatch) -> None:
+    """A profiled call that raises (README's attack C: a call that fails only under the profiler) is the
+    candidate's runtime error, decided inside the window; the kernels it launched before raising may still run,
+    so its process must be gone before the window gives the device up, as for a timeout."""
+    from kernelbench_harness.execution import device as device_mod
+
+    at_end = _watch_window_ends(monkeypatch)
+    monkeypatch.setattr(DeviceEvaluator, "_profiles_calls", lambda self: True)
+    # on this CPU the worker profiles nothing: its answer is read as a call that raised under the profiler
+    monkeypatch.setattr(device_mod, "profiled_call_failure",
+                        lambda profile: ("runtime_error", "the profiled call raised: RuntimeError: not here"))
+    ev = make_evaluator(tmp_path / "ev")
+    try:
+        res = evaluate(ev, TRITON_OK)
+    finally:
+        ev.close()
+    assert res.outcome is Outcome.RUNTIME_ERROR and "not here" in res.error, res
     assert at_end and not any(at_end), f"the candidate's process still ran as its window ended: {at_end}"
