@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from execution.evalkit import evaluate, make_evaluator
+from execution.evalkit import evaluate
 from execution.test_outcomes import TRITON_OK
 from kernelbench_harness.core import Outcome
 from kernelbench_harness.execution import channel as channel_mod
@@ -26,7 +26,7 @@ from kernelbench_harness.execution.device import DeviceEvaluator
 
 
 @pytest.fixture()
-def watched(tmp_path, monkeypatch):
+def watched(evaluator, monkeypatch):
     """A CPU evaluator that profiles its candidates' calls, and the log of the commands it sent its candidates'
     processes with the timing window each was sent in (None: outside any window)."""
     sent: list[tuple[str, int | None]] = []
@@ -53,11 +53,7 @@ def watched(tmp_path, monkeypatch):
     monkeypatch.setattr(DeviceEvaluator, "timing_window", window)
     monkeypatch.setattr(DeviceEvaluator, "_profiles_calls", lambda self: True)
     monkeypatch.setattr(channel_mod.Channel, "send", send)
-    ev = make_evaluator(tmp_path / "ev")
-    try:
-        yield ev, sent
-    finally:
-        ev.close()
+    yield evaluator, sent
 
 
 def test_the_profiled_call_is_made_in_the_candidates_first_timing_window(watched) -> None:
@@ -115,7 +111,7 @@ def _watch_window_ends(monkeypatch) -> list[bool]:
 
 @pytest.mark.parametrize("unanswered", ["profile", "time"])
 def test_a_candidate_that_runs_out_of_time_in_a_window_is_ended_before_the_window_is(
-        tmp_path, monkeypatch, unanswered: str) -> None:
+        evaluator, monkeypatch, unanswered: str) -> None:
     """A call that never answers (the command is dropped here: to the trusted side, a hung call) runs out of the
     candidate's time inside the window. Its process (a spinning kernel among its work) must be gone before the
     window gives the device up: the window takes the slot's shared hold back only after the windows queued
@@ -131,16 +127,12 @@ def test_a_candidate_that_runs_out_of_time_in_a_window_is_ended_before_the_windo
 
     monkeypatch.setattr(DeviceEvaluator, "_profiles_calls", lambda self: True)
     monkeypatch.setattr(channel_mod.Channel, "send", send)
-    ev = make_evaluator(tmp_path / "ev")
-    try:
-        res = evaluate(ev, TRITON_OK, timeout_s=3.0)
-    finally:
-        ev.close()
+    res = evaluate(evaluator, TRITON_OK, timeout_s=3.0)
     assert res.outcome is Outcome.TIMEOUT, res
     assert at_end and not any(at_end), f"the candidate's process still ran as its window ended: {at_end}"
 
 
-def test_a_candidate_whose_profiled_call_raised_is_ended_before_the_window_is(tmp_path, monkeypatch) -> None:
+def test_a_candidate_whose_profiled_call_raised_is_ended_before_the_window_is(evaluator, monkeypatch) -> None:
     """A profiled call that raises (README's attack C: a call that fails only under the profiler) is the
     candidate's runtime error, decided inside the window; the kernels it launched before raising may still run,
     so its process must be gone before the window gives the device up, as for a timeout."""
@@ -151,10 +143,25 @@ def test_a_candidate_whose_profiled_call_raised_is_ended_before_the_window_is(tm
     # on this CPU the worker profiles nothing: its answer is read as a call that raised under the profiler
     monkeypatch.setattr(device_mod, "profiled_call_failure",
                         lambda profile: ("runtime_error", "the profiled call raised: RuntimeError: not here"))
-    ev = make_evaluator(tmp_path / "ev")
-    try:
-        res = evaluate(ev, TRITON_OK)
-    finally:
-        ev.close()
+    res = evaluate(evaluator, TRITON_OK)
     assert res.outcome is Outcome.RUNTIME_ERROR and "not here" in res.error, res
     assert at_end and not any(at_end), f"the candidate's process still ran as its window ended: {at_end}"
+
+
+def test_the_wait_for_the_profiled_calls_window_is_not_the_candidates_time(evaluator, monkeypatch) -> None:
+    """The window of the profiled call can wait for other slots' windows for seconds; that wait must not eat the
+    candidate's time limit (it is not the candidate's: under the shared hold the call began at once)."""
+    import time
+
+    real_window = DeviceEvaluator.timing_window
+
+    @contextlib.contextmanager
+    def slow_window(self, what, timer_pid=None):
+        time.sleep(4.0)  # other slots' windows go first
+        with real_window(self, what, timer_pid) as w:
+            yield w
+
+    monkeypatch.setattr(DeviceEvaluator, "timing_window", slow_window)
+    monkeypatch.setattr(DeviceEvaluator, "_profiles_calls", lambda self: True)
+    res = evaluate(evaluator, TRITON_OK, timeout_s=3.0)
+    assert res.outcome is Outcome.CORRECT, res
