@@ -188,6 +188,61 @@ class NvmlProbe:
                 out[int(smp.pid)] = max(out.get(int(smp.pid), 0), int(smp.smUtil))
         return out
 
+    #: ``nvmlSamplingType_t`` values read here, and the sample value types (``nvmlValueType_t``) they come in
+    _SM_CLOCK_SAMPLES, _POWER_SAMPLES = 5, 0
+    _VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}
+
+    def _samples(self, kind: int, since_us: int) -> list[float] | None:
+        """NVML's buffered samples of ``kind`` taken after ``since_us`` (``nvmlDeviceGetSamples``), or None."""
+        import ctypes
+
+        class Value(ctypes.Union):  # nvmlValue_t
+            _fields_ = [("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
+                        ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong)]
+
+        class Sample(ctypes.Structure):  # nvmlSample_t
+            _fields_ = [("timeStamp", ctypes.c_ulonglong), ("sampleValue", Value)]
+
+        fn = getattr(self._lib, "nvmlDeviceGetSamples", None)
+        if fn is None:
+            return None
+        vtype, count = ctypes.c_int(0), ctypes.c_uint(0)
+        since = ctypes.c_ulonglong(since_us)
+        rc = fn(self.handle, ctypes.c_int(kind), since, ctypes.byref(vtype), ctypes.byref(count), None)
+        if rc == self._NVML_NOT_FOUND:
+            return []
+        if rc != self._NVML_SUCCESS or count.value == 0:
+            return [] if rc == self._NVML_SUCCESS else None
+        n = min(int(count.value), 4096)
+        buf = (Sample * n)()
+        count = ctypes.c_uint(n)
+        rc = fn(self.handle, ctypes.c_int(kind), since, ctypes.byref(vtype), ctypes.byref(count), buf)
+        if rc == self._NVML_NOT_FOUND:
+            return []
+        field = self._VALUE_FIELDS.get(int(vtype.value))
+        if rc != self._NVML_SUCCESS or field is None:
+            return None
+        return [float(getattr(smp.sampleValue, field)) for smp in buf[: min(n, int(count.value))]
+                if smp.timeStamp > since_us]
+
+    def window_samples(self, since_s: float) -> dict[str, Any] | None:
+        """The SM clock and the power NVML sampled since ``since_s`` (seconds since the epoch, as ``time.time()``;
+        the driver keeps a short buffer of samples taken every few tens of milliseconds): ``{"n", "sm_mhz_min",
+        "sm_mhz_max", "power_w_max"}`` (``n``: SM clock samples; the others None without samples), or None where
+        NVML cannot say. A window's start and end samples (:meth:`sample`) miss a dip in between: H200 session 28
+        saw one window's samples of L3/10 move between about 11 and 18-20 ms in stretches, with full clocks at its
+        two ends."""
+        if self.handle is None:
+            return None
+        since_us = max(0, int(since_s * 1e6))
+        clocks = self._samples(self._SM_CLOCK_SAMPLES, since_us)
+        if clocks is None:
+            return None
+        power = self._samples(self._POWER_SAMPLES, since_us) or []
+        return {"n": len(clocks), "sm_mhz_min": min(clocks) if clocks else None,
+                "sm_mhz_max": max(clocks) if clocks else None,
+                "power_w_max": round(max(power) / 1000.0, 1) if power else None}
+
 
 def last_cpu(pid: int | None = None) -> int | None:
     """The CPU a process's main thread last ran on (``/proc/<pid>/stat``'s 39th field, ``processor``), or

@@ -116,6 +116,12 @@ def main() -> int:
             counts = Counter(min(len(w["gpu_pids"]), 3) for w in witnessed)
             print("   windows by processes on the SMs (NVML; 3 = three or more, more than the window's own two): "
                   + ", ".join(f"{k}: {counts[k]}" for k in sorted(counts)) + f" of {len(witnessed)}")
+        between = [w["gpu_between"] for w in windows if isinstance(w.get("gpu_between"), dict)
+                   and w["gpu_between"].get("sm_mhz_min") is not None]
+        if between:  # recorded since session 28: NVML's SM clock samples inside each window
+            dips = [b for b in between if b["sm_mhz_min"] < 0.95 * b["sm_mhz_max"]]
+            print(f"   SM clock sampled inside windows (NVML): lowest {min(b['sm_mhz_min'] for b in between):.0f} MHz; "
+                  f"windows with a sample below 95% of their highest: {len(dips)} of {len(between)}")
         busy_cpu = [w["host_cpu_busy"] for w in windows if "host_cpu_busy" in w]
         if len(busy_cpu) >= 2:  # recorded since session 4: how loaded the host was while timing
             p90 = statistics.quantiles(busy_cpu, n=10)[-1]

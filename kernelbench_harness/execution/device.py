@@ -1660,6 +1660,13 @@ class DeviceEvaluator:
                         pids = None
                     if pids is not None:
                         window["gpu_pids"] = {str(k): v for k, v in sorted(pids.items())}
+                    # and the SM clock and power NVML sampled in between (a dip the two ends miss)
+                    try:
+                        between = probe.window_samples(window["start"])  # type: ignore[union-attr]
+                    except Exception:  # noqa: BLE001
+                        between = None
+                    if between is not None:
+                        window["gpu_between"] = between
             finally:
                 try:
                     if quieter is not None:

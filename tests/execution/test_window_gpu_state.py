@@ -163,3 +163,59 @@ def test_a_window_records_the_processes_nvml_saw(tmp_path):
         assert "gpu_pids" not in w
     finally:
         ev.close()
+
+
+class _FakeSamplesNvml:
+    """``nvmlDeviceGetSamples`` as the driver answers it: with no buffer, how many samples there are; then the
+    samples of the type asked for (SM clock: type 5, MHz as unsigned ints; power: type 0, milliwatts)."""
+
+    def __init__(self, by_kind, rc=0):
+        self.by_kind, self.rc = by_kind, rc
+
+    def nvmlDeviceGetSamples(self, handle, kind, since, vtype_ref, count_ref, buf):
+        if self.rc:
+            return self.rc
+        rows = [r for r in self.by_kind.get(kind.value, []) if r[0] > since.value]
+        vtype_ref._obj.value = 1  # unsigned int
+        if not rows:
+            return 6  # NVML_ERROR_NOT_FOUND
+        count = count_ref._obj
+        if buf is None:
+            count.value = len(rows)
+            return 0
+        for i, (ts, v) in enumerate(rows[: count.value]):
+            buf[i].timeStamp, buf[i].sampleValue.uiVal = ts, v
+        count.value = min(count.value, len(rows))
+        return 0
+
+
+def test_window_samples_are_the_sm_clock_and_power_between_the_windows_ends():
+    """A dip in the SM clock inside a window, which the start and end samples miss, shows in ``gpu_between``."""
+    start_s = 1_800_000_000.5
+    t0 = int(start_s * 1e6)
+    lib = _FakeSamplesNvml({5: [(t0 - 5, 345), (t0 + 10, 1980), (t0 + 20, 1410), (t0 + 30, 1980)],
+                            0: [(t0 + 10, 512000), (t0 + 20, 699500)]})
+    got = _probe_with(lib).window_samples(start_s)
+    assert got == {"n": 3, "sm_mhz_min": 1410.0, "sm_mhz_max": 1980.0, "power_w_max": 699.5}  # 345 was before
+    assert _probe_with(_FakeSamplesNvml({})).window_samples(start_s) == {
+        "n": 0, "sm_mhz_min": None, "sm_mhz_max": None, "power_w_max": None}
+    assert _probe_with(_FakeSamplesNvml({}, rc=3)).window_samples(start_s) is None  # not supported
+    assert _probe_with(object()).window_samples(start_s) is None and NvmlProbe("").window_samples(start_s) is None
+
+
+def test_a_window_records_what_nvml_sampled_in_between(tmp_path):
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "s", sandbox=False)
+    try:
+        probe = _FakeProbe()
+        between = {"n": 3, "sm_mhz_min": 1410.0, "sm_mhz_max": 1980.0, "power_w_max": 699.5}
+        probe.window_samples = lambda since_s: between
+        ev._nvml_probe = lambda: probe
+        with ev.timing_window("candidate") as w:
+            pass
+        assert w["gpu_between"] == between
+        probe.window_samples = lambda since_s: None
+        with ev.timing_window("candidate") as w:
+            pass
+        assert "gpu_between" not in w
+    finally:
+        ev.close()
