@@ -190,7 +190,7 @@ class NvmlProbe:
 
     #: ``nvmlSamplingType_t`` values read here, and the sample value types (``nvmlValueType_t``) they come in
     _SM_CLOCK_SAMPLES, _POWER_SAMPLES = 5, 0
-    _VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}
+    _VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
     def _samples(self, kind: int, since_us: int) -> list[float] | None:
         """NVML's buffered samples of ``kind`` taken after ``since_us`` (``nvmlDeviceGetSamples``), or None."""
@@ -198,7 +198,8 @@ class NvmlProbe:
 
         class Value(ctypes.Union):  # nvmlValue_t
             _fields_ = [("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
-                        ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong)]
+                        ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong), ("siVal", ctypes.c_int),
+                        ("usVal", ctypes.c_ushort)]
 
         class Sample(ctypes.Structure):  # nvmlSample_t
             _fields_ = [("timeStamp", ctypes.c_ulonglong), ("sampleValue", Value)]
