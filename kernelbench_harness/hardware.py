@@ -165,28 +165,41 @@ class NvmlProbe:
         if fn is None:
             return None
         since_us = ctypes.c_ulonglong(max(0, int(since_s * 1e6)))
+        # (room for a process that starts between the two calls)
+        got = self._sized_call(lambda buf, count: fn(self.handle, buf, count, since_us), Sample, spare=16)
+        if got is None:
+            return None
+        out: dict[int, int] = {}
+        for smp in got:
+            if smp.smUtil > 0 and smp.timeStamp >= since_us.value:
+                out[int(smp.pid)] = max(out.get(int(smp.pid), 0), int(smp.smUtil))
+        return out
+
+    def _sized_call(self, call: Any, struct: Any, spare: int = 0) -> list[Any] | None:
+        """NVML's two-call protocol for a buffer of ``struct``: ``call(None, count)`` asks how many records there
+        are, ``call(buf, count)`` fills them (``count``: a ``ctypes.byref`` of an unsigned int; ``spare`` extra
+        records allocated). Returns the records filled (``[]``: none, NVML's not-found), or None where NVML
+        answers with an error."""
+        import ctypes
+
         count = ctypes.c_uint(0)
-        rc = fn(self.handle, None, ctypes.byref(count), since_us)
+        rc = call(None, ctypes.byref(count))
         if rc == self._NVML_NOT_FOUND:
-            return {}
+            return []
         if rc not in (self._NVML_SUCCESS, self._NVML_INSUFFICIENT_SIZE):
             return None
         n = max(0, min(int(count.value), 4096))
         if n == 0:
-            return {}
-        n += 16  # room for a process that starts between the two calls
-        buf = (Sample * n)()
+            return []
+        n += spare
+        buf = (struct * n)()
         count = ctypes.c_uint(n)
-        rc = fn(self.handle, buf, ctypes.byref(count), since_us)
+        rc = call(buf, ctypes.byref(count))
         if rc == self._NVML_NOT_FOUND:
-            return {}
+            return []
         if rc != self._NVML_SUCCESS:
             return None
-        out: dict[int, int] = {}
-        for smp in buf[: min(n, int(count.value))]:
-            if smp.smUtil > 0 and smp.timeStamp >= since_us.value:
-                out[int(smp.pid)] = max(out.get(int(smp.pid), 0), int(smp.smUtil))
-        return out
+        return list(buf[: min(n, int(count.value))])
 
     #: ``nvmlSamplingType_t`` values read here, and the sample value types (``nvmlValueType_t``) they come in
     _SM_CLOCK_SAMPLES, _POWER_SAMPLES = 5, 0
@@ -207,24 +220,16 @@ class NvmlProbe:
         fn = getattr(self._lib, "nvmlDeviceGetSamples", None)
         if fn is None:
             return None
-        vtype, count = ctypes.c_int(0), ctypes.c_uint(0)
+        vtype = ctypes.c_int(0)
         since = ctypes.c_ulonglong(since_us)
-        rc = fn(self.handle, ctypes.c_int(kind), since, ctypes.byref(vtype), ctypes.byref(count), None)
-        if rc == self._NVML_NOT_FOUND:
-            return []
-        if rc != self._NVML_SUCCESS or count.value == 0:
-            return [] if rc == self._NVML_SUCCESS else None
-        n = min(int(count.value), 4096)
-        buf = (Sample * n)()
-        count = ctypes.c_uint(n)
-        rc = fn(self.handle, ctypes.c_int(kind), since, ctypes.byref(vtype), ctypes.byref(count), buf)
-        if rc == self._NVML_NOT_FOUND:
-            return []
+        got = self._sized_call(lambda buf, count: fn(self.handle, ctypes.c_int(kind), since, ctypes.byref(vtype),
+                                                     count, buf), Sample)
+        if not got:
+            return got
         field = self._VALUE_FIELDS.get(int(vtype.value))
-        if rc != self._NVML_SUCCESS or field is None:
+        if field is None:
             return None
-        return [float(getattr(smp.sampleValue, field)) for smp in buf[: min(n, int(count.value))]
-                if smp.timeStamp > since_us]
+        return [float(getattr(smp.sampleValue, field)) for smp in got if smp.timeStamp > since_us]
 
     def window_samples(self, since_s: float) -> dict[str, Any] | None:
         """The SM clock and the power NVML sampled since ``since_s`` (seconds since the epoch, as ``time.time()``;

@@ -3172,7 +3172,7 @@ class DeviceEvaluator:
 
             if profile_due and static_cheat:  # nothing is timed: a window for the profiled call alone
                 t_wait = time.monotonic()
-                with self.timing_window("profile", h.pid) as window, _ended_on_timeout(h):
+                with self.timing_window("profile", h.pid) as window, _ended_in_window(h):
                     window["profiled"] = True
                     take_profile(t_wait)
                 timing_windows.append(window)
@@ -3197,7 +3197,7 @@ class DeviceEvaluator:
                 base_blocks: dict[str, list[tuple[TimingStats, dict[str, Any]]]] = {}
                 for _r in range(rounds):
                     t_wait = time.monotonic()
-                    with self.timing_window("candidate", h.pid) as window, _ended_on_timeout(h):
+                    with self.timing_window("candidate", h.pid) as window, _ended_in_window(h):
                         if _r == 0:
                             if profile_due:  # the profiled call first, in the same hold of the device
                                 window["profiled"] = True
@@ -3655,7 +3655,7 @@ def _stopped(h: ChildHandle | None, own_group: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _ended_on_timeout(h: ChildHandle) -> Iterator[None]:
+def _ended_in_window(h: ChildHandle) -> Iterator[None]:
     """Inside a timing window: a candidate's process that runs out of time there (a hung profiled or timed
     call, a spinning kernel among its work), or whose profiled call raised (:func:`profiled_call_failure`:
     the kernels it launched before raising may still run), is killed, and its end waited for, before the window
@@ -3664,12 +3664,8 @@ def _ended_on_timeout(h: ChildHandle) -> Iterator[None]:
     handler runs after that."""
     try:
         yield
-    except ChannelTimeout:
-        h.kill("timeout")
-        h.wait_exit(10.0)
-        raise
-    except _ChildFailed:
-        h.kill("its call failed inside a timing window")
+    except (ChannelTimeout, _ChildFailed) as e:
+        h.kill("timeout" if isinstance(e, ChannelTimeout) else "its call failed inside a timing window")
         h.wait_exit(10.0)
         raise
 
