@@ -2,7 +2,9 @@
 # H200 session 29, as planned in stop 36 (scripts/gpu/README.md's plan). Back to back on one machine; carry .whl, .data
 # and .gpu; move docs/gpu aside before each call (the tree and the carry are over the 64 MiB a call takes). Each call
 # ends by ~570 s from its start and leaves one tarball in $OUT (a call's returned files are capped by count).
-#   1: bash scripts/gpu/session29.sh first    the cached sweep s29a (KBENCH_LANE_PRIORITY off) from a fresh state
+#   1: bash scripts/gpu/session29.sh first    scripts/gpu/exploits.py (the profiled call now inside the candidate's
+#                                             first window, 75cba07, d85c303, d04847b: first time on a GPU), then
+#                                             the cached sweep s29a (KBENCH_LANE_PRIORITY off) from a fresh state
 #                                             (the store unpacked, no kept sizes or builds), in the background
 #   2: bash scripts/gpu/session29.sh second   s29a waited for; the same fresh state; s29b (KBENCH_LANE_PRIORITY=1)
 #   3: bash scripts/gpu/session29.sh third    s29b waited for; then the five rows that moved most between s28a and
@@ -25,6 +27,10 @@ left() { echo $(( ${1:-565} - SECONDS )); }
 pack() { (cd "$OUT" && tar czf "$1.tgz" "$1" && rm -rf "$1"); }
 case ${1:?first, second or third} in
   first)
+    export KBENCH_SANDBOX_LAYERS=${KBENCH_SANDBOX_LAYERS:-netns,caps}
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    PYTHONPATH=/tmp/site:$PWD timeout ${T_EXPLOITS:-220} python3 scripts/gpu/exploits.py --out "$OUT/exploits.json" \
+      > "$OUT/exploits.log" 2>&1; echo "exploits rc=$? ${SECONDS}s"; tail -40 "$OUT/exploits.log"
     fresh_sweep_state
     bash scripts/gpu/session21.sh start s29a && bash scripts/gpu/session21.sh wait s29a $(left 555)
     pack s29a ;;
@@ -41,9 +47,11 @@ case ${1:?first, second or third} in
     export PYTHONPATH=/tmp/site:$PWD KBENCH_SANDBOX_LAYERS=${KBENCH_SANDBOX_LAYERS:-netns,caps}
     mkdir -p "$OUT/worst"
     for i in 1 2; do
-      for spec in "1 65,71" "3 10,29,41"; do
+      for spec in "3 10,29,41" "1 65,71"; do
         set -- $spec
-        timeout 200 python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT/worst" --db results/sweep.db \
+        [ $(left 560) -gt 120 ] || { echo "worst L$1 run $i: skipped, ${SECONDS}s" | tee -a "$OUT/worst/session.log"; continue; }
+        t=$(left 560); [ $t -gt 200 ] && t=200
+        timeout $t python3 scripts/gpu/sweep.py --problems .data/kernelbench --out "$OUT/worst" --db results/sweep.db \
           --levels $1 --ids $2 --phase cached --tag worst-l$1-$i --gpus 0 --budget-s 150 >> "$OUT/worst/session.log" 2>&1
         echo "worst L$1 run $i: rc=$? ${SECONDS}s" | tee -a "$OUT/worst/session.log"
       done
