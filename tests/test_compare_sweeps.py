@@ -35,8 +35,19 @@ def test_the_two_sweeps_verdicts_that_differ_and_the_times_that_moved(stores, ca
     assert cs.main(["--a", a, "--b", b]) == 0
     out = capsys.readouterr().out
     assert "outcomes that differ: 11" in out and "L2/46: A correct() share 0.174784" in out
-    assert "GPU-bound (237): median 0.24%" in out and "largest: L3/10 11.212/20.076 ms" in out
+    # split by any host-bound time (session 29): the largest moves were rows whose eager time the host paced
+    assert "no host-bound time (219): median 0.18%, p95 2.37%" in out and "largest: L2/79 1.026/0.892 ms" in out
+    assert "host-bound baseline only (18): median 14.82%" in out and "largest: L3/10 11.212/20.076 ms" in out
+    assert "host-bound candidate (11): median 29.94%" in out
     assert "A: 51 large jobs" in out and "B: 50 large jobs" in out
+
+
+def test_p95_lies_between_the_order_statistics_and_never_below_the_median() -> None:
+    """The first version took the order statistic below rank 0.95 (n - 1): with two rows it printed the smaller
+    as the p95, below the median (session 29's one-slot pair of L1/65 and L1/71)."""
+    assert cs.p95([0.2971, 0.3942]) == pytest.approx(0.2971 + 0.95 * (0.3942 - 0.2971))
+    assert cs.p95([0.0297, 0.9766, 1.2766]) == pytest.approx(0.9766 + 0.9 * (1.2766 - 0.9766))
+    assert cs.p95(list(range(101))) == pytest.approx(95.0) and cs.p95([5.0]) == 5.0
 
 
 def test_a_bad_side_is_refused_with_the_fix(stores, tmp_path) -> None:

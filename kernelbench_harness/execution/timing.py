@@ -432,9 +432,10 @@ def time_callable(
     flush = _Flusher(device, settings.l2_flush_bytes) if is_cuda else None
     hide = _LaunchHider(device, settings) if (settings.hide_launch and is_cuda and timer == "cuda_events"
                                         and _sleep is not None) else None
+    paced = _HostPacing() if hide is None and is_cuda and timer == "cuda_events" else None
     parts = settings.placements if relocate is not None else 1
     if parts <= 1:
-        seg = _timed_loop(fn, device, settings, timer, flush, between, 0, hide)
+        seg = _timed_loop(fn, device, settings, timer, flush, between, 0, hide, paced=paced)
         samples, synced = seg["samples"], seg["synced"]
         if settings.discard_first and samples:
             samples, synced = samples[1:], synced[1:]
@@ -442,8 +443,9 @@ def time_callable(
         info = {"synced_ms": synced, "elapsed_s": seg["elapsed_s"], "stopped": seg["stopped"],
                 "l2_flush_bytes": settings.l2_flush_bytes, "warmup_calls": seg["warmup_calls"],
                 "warmup_s": round(seg["warmup_s"], 4)}
-        if hide is not None:
-            info.update(hide.info())
+        for counter in (hide, paced):
+            if counter is not None:
+                info.update(counter.info())
         return stats, info
     share = segment_settings(settings, parts)
     if not settings.adaptive:  # a fixed trial count is shared out too (at least one trial a placement)
@@ -459,7 +461,8 @@ def time_callable(
             del last
         # the first placement warms the GPU up from idle; later ones only re-warm the moved tensors
         seg_settings = share if p == 0 else dataclasses.replace(share, warmup_ms=share.warmup_ms / parts)
-        seg = _timed_loop(fn, device, seg_settings, timer, flush, between, index0, hide, keep_last=True)
+        seg = _timed_loop(fn, device, seg_settings, timer, flush, between, index0, hide, keep_last=True,
+                          paced=paced)
         index0 += len(seg["samples"])
         if settings.discard_first and seg["samples"]:
             seg["samples"], seg["synced"] = seg["samples"][1:], seg["synced"][1:]
@@ -467,8 +470,9 @@ def time_callable(
     segs[-1].pop("last", None)
     held.clear()
     info = _placement_info(segs, settings)
-    if hide is not None:
-        info.update(hide.info())
+    for counter in (hide, paced):
+        if counter is not None:
+            info.update(counter.info())
     return _pool_placements(segs, settings, timer), info
 
 
@@ -572,9 +576,47 @@ class _LaunchHider:
             "launch_hidden_trials": self.trials}
 
 
+class _HostPacing:
+    """Which unhidden ``cuda_events`` trials the host paced. Without launch hiding the start event fires as
+    soon as it is recorded (the device is idle after the synchronise before each trial), so a call whose
+    kernels the GPU runs faster than the host issues them ends a little after its last launch: its event
+    time is the host's issue time plus the last kernel, and its host issue time (start event, the call, end
+    event) is then close to its event time. A trial counts as host-paced when its issue time is at least
+    :data:`HOST_PACED_SHARE` of its event time (``launch_unhidden_host_bound`` of ``launch_unhidden_trials``
+    in the timing info; read by :func:`..device.host_bound_callables`).
+
+    Until this count (H200 session 29) a candidate timed without hiding (one that ran kernels on several
+    streams when profiled) could never be called host-bound: L3/29's candidate took 6.69 ms in one process
+    and 15.22 ms in the next, its profiled kernels summing to 8.2 and 6.9 ms, and neither was flagged."""
+
+    def __init__(self) -> None:
+        self.trials = 0
+        self.paced = 0
+        self.shares: list[float] = []
+
+    def count(self, host_ms: float, event_ms: float) -> None:
+        """One trial: the host's issue time and the event time, both in ms."""
+        self.trials += 1
+        share = host_ms / event_ms if event_ms > 0 else float("inf")
+        self.shares.append(share)
+        if share >= HOST_PACED_SHARE:
+            self.paced += 1
+
+    def info(self) -> dict[str, Any]:
+        shares = sorted(self.shares)
+        return {"launch_unhidden_trials": self.trials, "launch_unhidden_host_bound": self.paced,
+                "launch_host_share": round(shares[len(shares) // 2], 4) if shares else None}
+
+
+#: an unhidden trial whose host issue time is at least this share of its event time was paced by the host
+#: (:class:`_HostPacing`): the GPU waited for launches, or all but did
+HOST_PACED_SHARE = 0.9
+
+
 def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerSettings, timer: str,
                 flush: "_Flusher | None", between: Callable[[], None] | None, index0: int,
-                hide: "_LaunchHider | None" = None, keep_last: bool = False) -> dict[str, Any]:
+                hide: "_LaunchHider | None" = None, keep_last: bool = False,
+                paced: "_HostPacing | None" = None) -> dict[str, Any]:
     """Warm-up, then timed trials numbered from ``index0`` until ``settings`` says stop. Returns the raw
     ``samples`` and ``synced`` (ms), ``stopped``, ``elapsed_s``, ``warmup_calls``, ``warmup_s`` and, with
     ``keep_last``, ``last`` (the last call's return value; otherwise no output outlives its call here)."""
@@ -650,6 +692,8 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
             else:
                 samples.append(event_ms)
                 synced.append((h1 - h0) / 1e6)
+                if paced is not None:
+                    paced.count((hl - h0) / 1e6, event_ms)
         else:
             h0 = _perf_counter_ns()
             call(i)

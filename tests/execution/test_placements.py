@@ -323,9 +323,35 @@ def test_a_hidden_trial_is_the_larger_of_the_device_time_and_the_host_time_to_is
 
 def test_without_hiding_the_event_time_is_the_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     spins = _fake_timing(monkeypatch)
+    monkeypatch.setattr(_FakeEvent, "GPU_MS", 200.0)  # far above any host time to issue a call that does nothing
     settings = T.TimerSettings(timer="cuda_events", warmup=2, trials=4, adaptive=False)
     stats, info = T.time_callable(lambda i: None, torch.device("cuda", 0), settings)
     assert stats.samples_ms == (_FakeEvent.GPU_MS,) * 4 and not spins and "launch_hidden_trials" not in info
+    assert info["launch_unhidden_trials"] == 4 and info["launch_unhidden_host_bound"] == 0
+    assert info["launch_host_share"] < 0.05
+
+
+@pytest.mark.parametrize("placements", [1, 2])
+def test_without_hiding_a_trial_the_host_issued_for_most_of_its_event_time_counts_as_host_paced(
+        monkeypatch: pytest.MonkeyPatch, placements: int) -> None:
+    """Unhidden, the start event fires when recorded, so a host-paced call's event time is its issue time plus
+    the last kernel (H200 session 29: L3/29's candidate, timed without hiding for its nine streams, took 6.69 and
+    15.22 ms in two processes and was never flagged). A call whose issue takes 30 ms of a 31 ms event time is
+    host-paced in every trial; with a 200 ms event time, in none. Placements count across segments."""
+    import time
+
+    _fake_timing(monkeypatch)
+    settings = T.TimerSettings(timer="cuda_events", warmup=1, trials=4, adaptive=False, placements=placements)
+
+    def fn(i: int) -> None:
+        time.sleep(0.03)
+
+    relocate = (lambda p: True) if placements > 1 else None
+    for gpu_ms, paced in ((31.0, 4), (200.0, 0)):
+        monkeypatch.setattr(_FakeEvent, "GPU_MS", gpu_ms)
+        stats, info = T.time_callable(fn, torch.device("cuda", 0), settings, relocate=relocate)
+        assert info["launch_unhidden_trials"] == 4 and info["launch_unhidden_host_bound"] == paced, gpu_ms
+        assert (info["launch_host_share"] >= T.HOST_PACED_SHARE) == bool(paced)
 
 
 def test_a_candidate_spin_uses_the_trusted_rate_and_the_protocol_cap(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -248,9 +248,13 @@ def test_host_bound_callables_are_those_the_host_paced_in_most_trials() -> None:
     assert host_bound_callables(paced, {"eager": gpu, "compile:default": paced}) == ["candidate", "compile:default"]
     assert host_bound_callables(gpu, {"eager": half, "compile:default": None}) == []
     assert host_bound_callables(None, {"eager": paced}) == ["eager"]
-    # timing info without launch hiding (a CPU, kernelbench's protocol) or malformed: not host-bound
+    # timing info without either count (a CPU, an older store) or malformed: not host-bound
     assert host_bound_callables({"stopped": "ci"}, {"eager": {"launch_hidden_trials": "260",
                                                              "launch_host_bound": 199}}) == []
+    # timed without hiding (several streams, kernelbench's protocol): the unhidden count decides
+    unhidden = {"launch_unhidden_trials": 28, "launch_unhidden_host_bound": 27, "launch_host_share": 0.98}
+    assert host_bound_callables(unhidden, {"eager": {"launch_unhidden_trials": 28,
+                                                     "launch_unhidden_host_bound": 14}}) == ["candidate"]
 
 
 def test_a_patched_json_encoder_does_not_reach_the_channel(monkeypatch: pytest.MonkeyPatch) -> None:
