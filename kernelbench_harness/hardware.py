@@ -233,21 +233,26 @@ class NvmlProbe:
 
     def window_samples(self, since_s: float) -> dict[str, Any] | None:
         """The SM clock and the power NVML sampled since ``since_s`` (seconds since the epoch, as ``time.time()``;
-        the driver keeps a short buffer of samples taken every few tens of milliseconds): ``{"n", "sm_mhz_min",
-        "sm_mhz_max", "power_w_max"}`` (``n``: SM clock samples; the others None without samples), or None where
-        NVML cannot say. A window's start and end samples (:meth:`sample`) miss a dip in between: H200 session 28
-        saw one window's samples of L3/10 move between about 11 and 18-20 ms in stretches, with full clocks at its
-        two ends."""
+        the driver keeps a short buffer of samples): ``{"n", "sm_mhz_min", "sm_mhz_max", "power_n",
+        "power_w_max"}`` (``n`` and ``power_n``: the samples of each in the window; the others None without
+        samples), or None where NVML cannot say. ``n`` is None where the driver keeps no SM clock samples at
+        all: on H200 session 29's machine (driver 580.159, a virtual machine) its clock buffer was always empty,
+        while it kept about 120 power samples 20 ms apart (so ``power_w_max`` covers only a window's last
+        ~2.4 s). A window's start and end samples (:meth:`sample`) miss a dip in between: H200 session 28 saw
+        one window's samples of L3/10 move between about 11 and 18-20 ms in stretches, with full clocks at its
+        two ends (session 29: the host paced that candidate; see ``device.host_bound_callables``)."""
         if self.handle is None:
             return None
         since_us = max(0, int(since_s * 1e6))
         clocks = self._samples(self._SM_CLOCK_SAMPLES, since_us)
         if clocks is None:
             return None
+        if not clocks and self.__dict__.get("_sm_kept") is None:  # none in the window: does the driver keep any?
+            self.__dict__["_sm_kept"] = bool(self._samples(self._SM_CLOCK_SAMPLES, 0))
         power = self._samples(self._POWER_SAMPLES, since_us) or []
-        return {"n": len(clocks), "sm_mhz_min": min(clocks) if clocks else None,
-                "sm_mhz_max": max(clocks) if clocks else None,
-                "power_w_max": round(max(power) / 1000.0, 1) if power else None}
+        return {"n": len(clocks) if clocks or self.__dict__.get("_sm_kept") else None,
+                "sm_mhz_min": min(clocks) if clocks else None, "sm_mhz_max": max(clocks) if clocks else None,
+                "power_n": len(power), "power_w_max": round(max(power) / 1000.0, 1) if power else None}
 
 
 def last_cpu(pid: int | None = None) -> int | None:

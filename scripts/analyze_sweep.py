@@ -116,6 +116,9 @@ def main() -> int:
             counts = Counter(min(len(w["gpu_pids"]), 3) for w in witnessed)
             print("   windows by processes on the SMs (NVML; 3 = three or more, more than the window's own two): "
                   + ", ".join(f"{k}: {counts[k]}" for k in sorted(counts)) + f" of {len(witnessed)}")
+        unkept = [w for w in windows if isinstance(w.get("gpu_between"), dict) and w["gpu_between"].get("n") is None]
+        if unkept:  # session 29's driver kept no SM clock samples (older stores wrote n 0 for that)
+            print(f"   SM clock inside windows: not kept by the driver in {len(unkept)} windows")
         between = [w["gpu_between"] for w in windows if isinstance(w.get("gpu_between"), dict)
                    and w["gpu_between"].get("sm_mhz_min") is not None]
         if between:  # recorded since session 28: NVML's SM clock samples inside each window

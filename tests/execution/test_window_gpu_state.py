@@ -169,17 +169,20 @@ class _FakeSamplesNvml:
     """``nvmlDeviceGetSamples`` as the driver answers it: with no buffer, how many samples there are; then the
     samples of the type asked for (SM clock: type 5, MHz as unsigned ints; power: type 0, milliwatts)."""
 
-    def __init__(self, by_kind, rc=0):
-        self.by_kind, self.rc = by_kind, rc
+    def __init__(self, by_kind, rc=0, capacity=None):
+        self.by_kind, self.rc, self.capacity = by_kind, rc, capacity
 
     def nvmlDeviceGetSamples(self, handle, kind, since, vtype_ref, count_ref, buf):
         if self.rc:
             return self.rc
         rows = [r for r in self.by_kind.get(kind.value, []) if r[0] > since.value]
         vtype_ref._obj.value = 1  # unsigned int
+        count = count_ref._obj
+        if buf is None and self.capacity:  # session 29's driver: the buffer's size, samples or not
+            count.value = self.capacity
+            return 0
         if not rows:
             return 6  # NVML_ERROR_NOT_FOUND
-        count = count_ref._obj
         if buf is None:
             count.value = len(rows)
             return 0
@@ -196,9 +199,16 @@ def test_window_samples_are_the_sm_clock_and_power_between_the_windows_ends():
     lib = _FakeSamplesNvml({5: [(t0 - 5, 345), (t0 + 10, 1980), (t0 + 20, 1410), (t0 + 30, 1980)],
                             0: [(t0 + 10, 512000), (t0 + 20, 699500)]})
     got = _probe_with(lib).window_samples(start_s)
-    assert got == {"n": 3, "sm_mhz_min": 1410.0, "sm_mhz_max": 1980.0, "power_w_max": 699.5}  # 345 was before
-    assert _probe_with(_FakeSamplesNvml({})).window_samples(start_s) == {
-        "n": 0, "sm_mhz_min": None, "sm_mhz_max": None, "power_w_max": None}
+    assert got == {"n": 3, "sm_mhz_min": 1410.0, "sm_mhz_max": 1980.0, "power_n": 2,
+                   "power_w_max": 699.5}  # 345 was before
+    # clock samples kept, none in this window: n is 0
+    kept = _FakeSamplesNvml({5: [(t0 - 5, 1980)], 0: [(t0 + 10, 512000)]})
+    assert _probe_with(kept).window_samples(start_s) == {
+        "n": 0, "sm_mhz_min": None, "sm_mhz_max": None, "power_n": 1, "power_w_max": 512.0}
+    # H200 session 29: the driver kept power samples and never a clock sample: n is None, not "none in the window"
+    power_only = _FakeSamplesNvml({0: [(t0 - 30, 80000), (t0 + 10, 695700)]}, capacity=100)
+    assert _probe_with(power_only).window_samples(start_s) == {
+        "n": None, "sm_mhz_min": None, "sm_mhz_max": None, "power_n": 1, "power_w_max": 695.7}
     assert _probe_with(_FakeSamplesNvml({}, rc=3)).window_samples(start_s) is None  # not supported
     assert _probe_with(object()).window_samples(start_s) is None and NvmlProbe("").window_samples(start_s) is None
 
