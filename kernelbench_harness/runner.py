@@ -329,7 +329,7 @@ def _check_environment() -> None:
                        (build.slim_headers_enabled, "set KBENCH_SLIM_HEADERS=0 or 1, or unset it (1)"),
                        (start_off_hold_enabled, f"set {START_OFF_HOLD_ENV}=0 or 1, or unset it (0)"),
                        (compile_off_hold_enabled, f"set {COMPILE_OFF_HOLD_ENV}=0 or 1, or unset it (1)"),
-                       (lane_priority_enabled, f"set {LANE_PRIORITY_ENV}=0 or 1, or unset it (0)"),
+                       (lane_priority_enabled, f"set {LANE_PRIORITY_ENV}=0 or 1, or unset it (1)"),
                        (sandbox.pinned_layers, "name the layers to try first from netns, landlock, caps, seccomp "
                                                "(e.g. KBENCH_SANDBOX_LAYERS=netns,caps), or unset it")):
         try:

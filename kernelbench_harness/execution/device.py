@@ -84,17 +84,18 @@ def lane_priority_enabled() -> bool:
     timing window then waits to be queued until the large job gives its shared hold up (a stretch of host work,
     its own timing window, a wait for memory, its end; at most :attr:`DeviceEvaluator.LANE_WAIT_MAX_S`), instead
     of stopping it at its next step. The windows then go on while the large job works on the host (its process
-    starting, its build, a Triton compile, its reference's host work). Unset: no. Off until measured: in session
-    27's cached sweep each large job waited 2.65 s of its 10.35 s for other slots' windows, but how much of that
-    fits in its host stretches is not known. Changes nothing in what is measured: every window still has the
-    device to itself.
+    starting, its build, a Triton compile, its reference's host work). Unset: yes (since session 29). In session
+    27's cached sweep each large job waited 2.65 s of its 10.35 s for other slots' windows; two pairs of whole
+    cached sweeps on one H200, each pair from the same store state, took 544.0 s off and 530.5 s on (session
+    28) and 562.7 s off and 521.8 s on (session 29), from the run's row. In both pairs the sweep with it ran
+    second. Changes nothing in what is measured: every window still has the device to itself.
 
     Raises:
         ValueError: a value other than an on/off switch (:func:`..envflags.env_switch`).
     """
     from ..envflags import env_switch
 
-    return env_switch(LANE_PRIORITY_ENV, default=False)
+    return env_switch(LANE_PRIORITY_ENV, default=True)
 
 
 def compile_off_hold_enabled() -> bool:
@@ -1432,8 +1433,8 @@ class DeviceEvaluator:
         #: a window queued while the candidate compiles a Triton kernel in a correctness call goes on beside
         #: the compile (``KBENCH_COMPILE_OFF_HOLD``, on by default; see :func:`compile_off_hold_enabled`)
         self.compile_off_hold = compile_off_hold_enabled()
-        #: the lane's job has the device while it computes (``KBENCH_LANE_PRIORITY``, off by default until
-        #: measured on a GPU; see :func:`lane_priority_enabled`)
+        #: the lane's job has the device while it computes (``KBENCH_LANE_PRIORITY``, on by default since two
+        #: pairs of sweeps on an H200; see :func:`lane_priority_enabled`)
         self.lane_priority = lane_priority_enabled()
         self._lane_job = False  # the current job is the lane's (a large problem) and lane_priority is on
         self._share_bufs: list[_devshare.SharedBuffer] = []

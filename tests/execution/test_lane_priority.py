@@ -60,6 +60,17 @@ def test_the_lane_bit_is_back_after_a_yield_that_ran_out_of_time(tmp_path: Path)
         ev.close()
 
 
+def test_lane_priority_is_on_unless_switched_off(monkeypatch):
+    """On by default since H200 session 29 (two pairs of whole cached sweeps, both shorter with it); 0 turns it
+    off."""
+    from kernelbench_harness.execution.device import lane_priority_enabled
+
+    monkeypatch.delenv("KBENCH_LANE_PRIORITY", raising=False)
+    assert lane_priority_enabled() is True
+    monkeypatch.setenv("KBENCH_LANE_PRIORITY", "0")
+    assert lane_priority_enabled() is False
+
+
 def test_a_bad_lane_priority_switch_is_refused_before_anything_is_stored(tmp_path, monkeypatch):
     """README: the on/off switches take 0/1 and any other value is refused before a run starts (each slot worker's
     DeviceEvaluator raised ValueError as it started, after the store was made)."""
