@@ -89,7 +89,8 @@ LEGEND: dict[str, str] = {
     "launch_bound": f"Problems whose eager time is under {LAUNCH_BOUND_MS * 1000:g} µs are marked launch-bound: "
     f"their times mostly measure launch overhead.",
     "host_bound": "host-bound: in this problem a time (the candidate's, eager's or torch.compile's) was set by the "
-    "host issuing the launches, not by the GPU (launch hiding on, most trials): such times differ between "
+    "host issuing the launches, not by the GPU (in most trials: with launch hiding, the host took longer than "
+    "the GPU; without it, the host's issue time was at least 90% of the event time): such times differ between "
     "processes far more than GPU-bound ones, so read the speedup as approximate.",
     "degenerate": "Problems flagged degenerate by the problem audit (e.g. output constant or below the tolerance) "
     "are left out of every score and listed apart.",
