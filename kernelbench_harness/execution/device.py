@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import signal
+import statistics
 import tempfile
 import time
 import types
@@ -3679,7 +3680,9 @@ def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],
         ``(stats, info)``: stats over the concatenated raw samples (ms); ``info`` with ``synced_ms``
         concatenated, ``elapsed_s`` summed, ``stopped`` (the only block's reason, or
         ``alternated:<n>``), ``blocks`` (each block's ``n`` and reason), ``window`` (the first block's)
-        and ``windows`` (every block's), where recorded.
+        and ``windows`` (every block's), where recorded, and the host-pacing counts (:data:`HOST_PACING_COUNTS`)
+        summed over the blocks that recorded them, with ``launch_host_share`` the median of the blocks' (until
+        session 29 these were dropped, so an alternated timing could never be flagged host-bound).
     """
     if len(blocks) == 1:
         stats, info = blocks[0]
@@ -3711,7 +3714,19 @@ def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],
     windows = [i["window"] for _, i in blocks if "window" in i]
     if windows:
         info["window"], info["windows"] = windows[0], windows
+    for key in HOST_PACING_COUNTS:
+        counts = [i[key] for _, i in blocks if isinstance(i.get(key), int)]
+        if counts:
+            info[key] = sum(counts)
+    shares = [i["launch_host_share"] for _, i in blocks if isinstance(i.get("launch_host_share"), (int, float))]
+    if shares:
+        info["launch_host_share"] = statistics.median(shares)
     return stats, info
+
+
+#: the timing info's per-trial counts of launch hiding and host pacing (:mod:`.timing`), summed when blocks pool
+HOST_PACING_COUNTS = ("launch_hidden_trials", "launch_host_bound", "launch_exposed", "launch_unhidden_trials",
+                      "launch_unhidden_host_bound")
 
 
 def host_bound_callables(candidate_info: Mapping[str, Any] | None,

@@ -186,6 +186,30 @@ def test_alternated_blocks_pool_their_placements_alike() -> None:
     assert info["stopped"] == "alternated:2"
 
 
+def test_alternated_blocks_keep_their_host_pacing_counts() -> None:
+    """Pooled blocks (``alternate_rounds``) sum each block's counts, so an alternated timing that the host paced in
+    most trials is still flagged host-bound (they were dropped: no alternated timing could be flagged)."""
+    from kernelbench_harness.execution.device import host_bound_callables
+
+    s = T.TimerSettings()
+    mk = lambda vals: T.summarize_samples(vals, timer="cuda_events", statistic="median")  # noqa: E731
+    hidden = [(mk([1.0] * 4), {"launch_hidden_trials": 4, "launch_host_bound": 3, "launch_exposed": 1}),
+              (mk([1.0] * 4), {"launch_hidden_trials": 4, "launch_host_bound": 2, "launch_exposed": 0})]
+    _, info = pool_blocks(hidden, s)
+    assert (info["launch_hidden_trials"], info["launch_host_bound"], info["launch_exposed"]) == (8, 5, 1)
+    unhidden = [(mk([1.0] * 4), {"launch_unhidden_trials": 4, "launch_unhidden_host_bound": 4,
+                                 "launch_host_share": 0.99}),
+                (mk([1.0] * 4), {"launch_unhidden_trials": 4, "launch_unhidden_host_bound": 1,
+                                 "launch_host_share": 0.5}),
+                (mk([1.0] * 4), {"launch_unhidden_trials": 4, "launch_unhidden_host_bound": 2,
+                                 "launch_host_share": 0.9})]
+    _, info = pool_blocks(unhidden, s)
+    assert (info["launch_unhidden_trials"], info["launch_unhidden_host_bound"]) == (12, 7)
+    assert info["launch_host_share"] == 0.9
+    assert host_bound_callables(info, {}) == ["candidate"]
+    assert "launch_hidden_trials" not in info  # no block recorded it
+
+
 def test_protocols_placements_and_stored_protocols_without_the_field() -> None:
     for name in ("kbench", "kernelbench", "cuda-agent"):
         assert get_protocol(name).placements == 1
