@@ -679,20 +679,23 @@ def _timed_loop(fn: Callable[[int], Any], device: torch.device, settings: TimerS
             _synchronize(device)  # every stream, so side-stream work ends inside the host interval
             h1 = _perf_counter_ns()
             event_ms = _elapsed_time(start, end)
+            # the trial time_callable drops (discard_first: each segment's first) is in no count either
+            counted = not (settings.discard_first and not samples)
             if hide is not None:
                 host_ms = (hl - h0) / 1e6  # the host's time to issue the call (its own work included)
-                hide.trials += 1
-                if host_ms > hide.sleep_ms:  # launched after the spin ended: the gap counts
-                    hide.exposed += 1
-                if host_ms > event_ms:
-                    hide.host_bound += 1
+                if counted:
+                    hide.trials += 1
+                    if host_ms > hide.sleep_ms:  # launched after the spin ended: the gap counts
+                        hide.exposed += 1
+                    if host_ms > event_ms:
+                        hide.host_bound += 1
                 samples.append(max(event_ms, host_ms))
                 # host time from when the spin ended (its start plus its GPU length) until the device is idle
                 synced.append(max(0.0, (h1 - hp) / 1e6 - _elapsed_time(pre, start)))
             else:
                 samples.append(event_ms)
                 synced.append((h1 - h0) / 1e6)
-                if paced is not None:
+                if paced is not None and counted:
                     paced.count((hl - h0) / 1e6, event_ms)
         else:
             h0 = _perf_counter_ns()

@@ -378,6 +378,37 @@ def test_without_hiding_a_trial_the_host_issued_for_most_of_its_event_time_count
         assert (info["launch_host_share"] >= T.HOST_PACED_SHARE) == bool(paced)
 
 
+@pytest.mark.parametrize("hide", [False, True])
+@pytest.mark.parametrize("placements", [1, 2])
+def test_the_trial_discard_first_drops_is_in_no_host_pacing_count(
+        monkeypatch: pytest.MonkeyPatch, hide: bool, placements: int) -> None:
+    """``discard_first`` (the ``kernelbench`` protocol, timed without hiding) drops each segment's first trial
+    from the stats, so it is in neither count: they counted it, and a cold first trial the host paced, beside one
+    of the two kept trials, flagged the callable host-bound (2 of 3) though only half its kept trials were."""
+    import time
+
+    from kernelbench_harness.execution.device import host_bound_callables
+
+    _fake_timing(monkeypatch)
+    monkeypatch.setattr(_FakeEvent, "GPU_MS", 31.0 if not hide else 0.5)
+    settings = T.TimerSettings(timer="cuda_events", warmup=0, trials=2 * placements, adaptive=False,
+                               discard_first=True, placements=placements, hide_launch=hide, spin_max_ms=10.0)
+    calls = [0]
+
+    def fn(i: int) -> None:  # each segment: its first (dropped) trial and its first kept one host-paced
+        k, calls[0] = calls[0], calls[0] + 1
+        if k % 3 in (0, 1):
+            time.sleep(0.03)
+
+    relocate = (lambda p: True) if placements > 1 else None
+    stats, info = T.time_callable(fn, torch.device("cuda", 0), settings, relocate=relocate)
+    assert stats.n == 2 * placements and calls[0] == 3 * placements
+    trials, bound = (("launch_hidden_trials", "launch_host_bound") if hide else
+                     ("launch_unhidden_trials", "launch_unhidden_host_bound"))
+    assert (info[trials], info[bound]) == (2 * placements, placements)
+    assert host_bound_callables(info, {}) == []
+
+
 def test_a_candidate_spin_uses_the_trusted_rate_and_the_protocol_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """Given the trusted side's cycles per ms, the timer does not measure the spin itself (a candidate
     loading the GPU meanwhile would stretch it), and slow host calls cannot make it longer than
