@@ -378,6 +378,21 @@ def test_without_hiding_a_trial_the_host_issued_for_most_of_its_event_time_count
         assert (info["launch_host_share"] >= T.HOST_PACED_SHARE) == bool(paced)
 
 
+def test_without_hiding_the_wait_for_the_device_is_not_host_issue_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue time ends once the end event is recorded, before the synchronise: a GPU-bound call, whose host
+    then waits for the device about as long as the event time, is not host-paced (its synced time would be)."""
+    import time
+
+    _fake_timing(monkeypatch)
+    monkeypatch.setattr(_FakeEvent, "GPU_MS", 31.0)
+    monkeypatch.setattr(T, "_synchronize", lambda device=None: time.sleep(0.03))  # the device busy ~30 ms
+    settings = T.TimerSettings(timer="cuda_events", warmup=0, trials=3, adaptive=False)
+    _, info = T.time_callable(lambda i: None, torch.device("cuda", 0), settings)
+    assert min(info["synced_ms"]) >= 30.0
+    assert info["launch_unhidden_trials"] == 3 and info["launch_unhidden_host_bound"] == 0
+    assert info["launch_host_share"] < 0.5
+
+
 @pytest.mark.parametrize("hide", [False, True])
 @pytest.mark.parametrize("placements", [1, 2])
 def test_the_trial_discard_first_drops_is_in_no_host_pacing_count(
