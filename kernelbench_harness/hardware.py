@@ -247,8 +247,12 @@ class NvmlProbe:
         clocks = self._samples(self._SM_CLOCK_SAMPLES, since_us)
         if clocks is None:
             return None
-        if not clocks and self.__dict__.get("_sm_kept") is None:  # none in the window: does the driver keep any?
-            self.__dict__["_sm_kept"] = bool(self._samples(self._SM_CLOCK_SAMPLES, 0))
+        if clocks:  # the driver keeps them (it may have kept none yet when an earlier window asked)
+            self.__dict__["_sm_kept"] = True
+        elif self.__dict__.get("_sm_kept") is None:  # none in the window: does the driver keep any?
+            kept = self._samples(self._SM_CLOCK_SAMPLES, 0)
+            if kept is not None:  # an NVML error says nothing about the driver: asked again next time
+                self.__dict__["_sm_kept"] = bool(kept)
         power = self._samples(self._POWER_SAMPLES, since_us) or []
         return {"n": len(clocks) if clocks or self.__dict__.get("_sm_kept") else None,
                 "sm_mhz_min": min(clocks) if clocks else None, "sm_mhz_max": max(clocks) if clocks else None,

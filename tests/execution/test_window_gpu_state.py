@@ -213,6 +213,32 @@ def test_window_samples_are_the_sm_clock_and_power_between_the_windows_ends():
     assert _probe_with(object()).window_samples(start_s) is None and NvmlProbe("").window_samples(start_s) is None
 
 
+def test_window_samples_learn_that_the_driver_keeps_clock_samples_once_one_shows():
+    """A window with no clock sample before the driver had taken any (a fresh process, a failed call) does not
+    make every later empty window say the driver keeps none: n was None for them for the rest of the run."""
+    start_s = 1_800_000_000.5
+    t0 = int(start_s * 1e6)
+    lib = _FakeSamplesNvml({0: [(t0 + 10, 512000)]})
+    probe = _probe_with(lib)
+    assert probe.window_samples(start_s)["n"] is None  # none kept so far
+    lib.by_kind[5] = [(t0 + 20, 1980)]  # the driver's first clock sample
+    assert probe.window_samples(start_s)["n"] == 1
+    assert probe.window_samples(start_s + 1.0)["n"] == 0  # kept, none in this later window
+
+    class _FailsOnce(_FakeSamplesNvml):  # the "any kept?" call fails once
+        failed = False
+
+        def nvmlDeviceGetSamples(self, handle, kind, since, vtype_ref, count_ref, buf):
+            if kind.value == 5 and since.value == 0 and not self.failed:
+                self.failed = True
+                return 999  # NVML_ERROR_UNKNOWN
+            return super().nvmlDeviceGetSamples(handle, kind, since, vtype_ref, count_ref, buf)
+
+    probe = _probe_with(_FailsOnce({5: [(t0 - 5, 1980)], 0: [(t0 + 10, 512000)]}))
+    probe.window_samples(start_s)
+    assert probe.window_samples(start_s)["n"] == 0
+
+
 def test_a_window_records_what_nvml_sampled_in_between(tmp_path):
     ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "s", sandbox=False)
     try:
