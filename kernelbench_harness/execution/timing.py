@@ -597,8 +597,11 @@ class _HostPacing:
     def count(self, host_ms: float, event_ms: float) -> None:
         """One trial: the host's issue time and the event time, both in ms."""
         self.trials += 1
-        share = host_ms / event_ms if event_ms > 0 else float("inf")
-        self.shares.append(share)
+        if event_ms <= 0:  # no device time to speak of: the host's issue time is the call's time
+            self.paced += 1
+            return
+        share = host_ms / event_ms
+        self.shares.append(share)  # finite only: the share's median is stored as JSON
         if share >= HOST_PACED_SHARE:
             self.paced += 1
 

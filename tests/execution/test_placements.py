@@ -378,6 +378,23 @@ def test_without_hiding_a_trial_the_host_issued_for_most_of_its_event_time_count
         assert (info["launch_host_share"] >= T.HOST_PACED_SHARE) == bool(paced)
 
 
+def test_an_unhidden_trial_with_no_device_time_is_host_paced_and_its_share_stays_finite() -> None:
+    """An event time of 0 (nothing on the device) leaves the call's time to the host; its share is kept out of the
+    median, which the store writes as JSON (an infinite share came out as the non-JSON ``Infinity``)."""
+    import json
+
+    paced = T._HostPacing()
+    paced.count(0.01, 0.0)
+    paced.count(0.01, 0.0)
+    paced.count(0.01, 1.0)
+    info = paced.info()
+    assert (info["launch_unhidden_trials"], info["launch_unhidden_host_bound"]) == (3, 2)
+    assert info["launch_host_share"] == 0.01 and "Infinity" not in json.dumps(info)
+    only_zero = T._HostPacing()
+    only_zero.count(0.01, 0.0)
+    assert only_zero.info()["launch_host_share"] is None
+
+
 def test_without_hiding_the_wait_for_the_device_is_not_host_issue_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue time ends once the end event is recorded, before the synchronise: a GPU-bound call, whose host
     then waits for the device about as long as the event time, is not host-paced (its synced time would be)."""
