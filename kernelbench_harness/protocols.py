@@ -117,7 +117,7 @@ class Protocol:
             stayed as expected. Work on another stream can run, untimed, during the spin, so a
             candidate seen using several streams is timed without it. A call the host cannot issue
             faster than the GPU runs it is timed at the host's pace, which repeats worse between
-            processes (``host_bound`` in a result's timing info).
+            processes (``extra["host_bound"]`` of a result; the counts behind it are in its timing info).
         hide_launch_max_ms: the longest spin (ms); it bounds the side-stream work a candidate could hide
             per call, and a call whose host needs longer has the gap counted.
         input_device: where the trusted side draws the input sets: ``cpu`` (``get_inputs()`` as it
