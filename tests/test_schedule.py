@@ -310,14 +310,35 @@ def test_sizing_in_several_children_gives_the_same_sizes_and_a_failed_child_give
     from kernelbench_harness.schedule import Sizing, sizing_workers
 
     codes = {f"p{i}": ELEMENTWISE.replace("N", str(8 << i)) for i in range(5)}
-    one = Sizing(codes, workers=1).result(120)
+    # one child's sizes, known exactly (inputs and outputs: 4096 x N float32 each; one child sizes them so in
+    # test_problems_are_sized_in_a_child_process_that_nothing_escapes): not sized again here in a child of its own
+    one = {f"p{i}": 2 * 4096 * (8 << i) * 4 for i in range(5)}
     many = Sizing(codes, workers=3)
     assert len(many._children) == 3 and sorted(len(c.keys) for c in many._children) == [1, 2, 2]
     assert many.result(120) == one and len(one) == 5
-    assert len(Sizing(codes, workers=9)._children) == 5  # at most one per problem
+    capped = Sizing(codes, workers=9)
+    try:
+        assert len(capped._children) == 5  # at most one per problem
+    finally:
+        capped.stop()  # (not read: five interpreters left to run would slow the children below)
     broken = Sizing({**codes, "exits": "import os\nos._exit(3)\n"}, workers=3)
     assert broken.result(120) == {}
     assert 1 <= sizing_workers(250) <= 8 and sizing_workers(1) == 1
+
+
+class _InProcessChild:
+    """A stand-in for schedule._SizingChild that sizes its problems in this process at once (problem_nbytes:
+    for the tests of what is kept between runs, not of the child; no interpreter to start)."""
+
+    def __init__(self, codes: dict) -> None:
+        self.keys, self.cut, self.lower = set(codes), set(), set()
+        self._sizes = {k: problem_nbytes(v) for k, v in codes.items()}
+
+    def result(self, timeout_s: float = 120.0) -> dict:
+        return dict(self._sizes)
+
+    def stop(self) -> None:
+        pass
 
 
 def test_sizes_are_kept_between_runs_by_the_sources_hash_and_a_bad_file_is_ignored(tmp_path, monkeypatch):
@@ -334,9 +355,10 @@ def test_sizes_are_kept_between_runs_by_the_sources_hash_and_a_bad_file_is_ignor
     files = list(tmp_path.glob("sizes-v2-torch*.json"))
     assert len(files) == 1 and sorted(json.loads(files[0].read_text())["sizes"].values()) == sorted(first.values())
 
+    # from here on the children size in this process (problem_nbytes, as the real child does): what is checked is
+    # which problems the cache sends to a child, and the first sizing above went through a real one
     started: list[dict] = []
-    real = schedule._SizingChild
-    monkeypatch.setattr(schedule, "_SizingChild", lambda c, **kw: started.append(c) or real(c, **kw))
+    monkeypatch.setattr(schedule, "_SizingChild", lambda c, **kw: started.append(c) or _InProcessChild(c))
     again = Sizing({"b2": codes["big"], "s2": codes["small"]}, cache=tmp_path)  # same sources, other keys
     assert again.result(120) == {"b2": first["big"], "s2": first["small"]} and started == []
     changed = Sizing({"big": codes["big"], "mid": ELEMENTWISE.replace("N", "131072")}, cache=tmp_path).result(120)
@@ -395,9 +417,10 @@ def test_a_size_cut_short_in_the_forward_is_kept_as_a_lower_bound_and_sized_agai
     kept = json.loads(path.read_text())
     assert kept["sizes"][digest] == inputs + fc + inputs and kept["lower"] == []  # complete now: outputs counted
     started.clear()
-    third = Sizing(codes, workers=1, cache=tmp_path)
-    assert third.refine is None and third.result(120)["slow_forward"] == inputs + fc + inputs
-    assert [c for c, _ in started] == [["slow_model"]]
+    # (without slow_model, sized again by every run as `again` showed: no child needed here)
+    third = Sizing({k: codes[k] for k in ("slow_forward", "small")}, workers=1, cache=tmp_path)
+    assert third.refine is None and third.result(120) == {"slow_forward": inputs + fc + inputs, "small": 2 * inputs}
+    assert started == []  # the complete size is used and not sized again
 
     other = "f" * 64
     schedule._write_sizes(path, {other: 10}, lower={other})
@@ -456,9 +479,11 @@ def test_the_background_child_keeps_each_problem_it_completes_before_it_is_stopp
     """A run shorter than the whole background sizing still keeps what it completed (review helper-60: it kept
     all or nothing, so short runs did the same work again and again); a failed sizing of the run's own problems
     does not stop it."""
+    import hashlib
     import json
     import time
 
+    from kernelbench_harness import schedule
     from kernelbench_harness.schedule import Sizing
 
     def slow(seconds: int, n: int) -> str:
@@ -466,8 +491,12 @@ def test_the_background_child_keeps_each_problem_it_completes_before_it_is_stopp
                                    ).replace("N", str(n))
 
     codes = {"short": slow(2, 8), "long": slow(60, 16)}
-    Sizing(codes, workers=1, cache=tmp_path).result(120)
-    path = next(tmp_path.glob("sizes-v2-torch*.json"))
+    # both kept as lower bounds (their inputs), as a run the forward limit cut short keeps them (a child of its
+    # own did that here before: test_a_size_cut_short_in_the_forward_is_kept_as_a_lower_bound_... checks it)
+    path = schedule._sizes_file(tmp_path)
+    digest = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in codes.items()}
+    schedule._write_sizes(path, {digest["short"]: 4096 * 8 * 4, digest["long"]: 4096 * 16 * 4},
+                          lower=set(digest.values()))
     assert len(json.loads(path.read_text())["lower"]) == 2
     again = Sizing({**codes, "exits": "import os\nos._exit(3)\n"}, workers=1, cache=tmp_path)
     assert again.result(120) == {}  # its own child failed: no sizes for the run ...
