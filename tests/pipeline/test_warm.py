@@ -104,7 +104,7 @@ import contextlib, json, sys
 import torch
 from kernelbench_harness.execution import warm
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
+model = torch.nn.Linear(8, 4)  # one extern matmul: no C++ kernel to build (about 8 s of a 2-core CPU's)
 x = torch.randn(3, 8)
 entered = []
 
@@ -365,7 +365,13 @@ def _compile_cache_checked(folder: Path) -> dict:
     spec = importlib.util.spec_from_file_location("compile_cache_check", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.check(cache_dir=str(folder / "inductor"))
+    # the script's own problem without its ReLU and affine tail: a graph of one extern matmul, with no C++ kernel
+    # for inductor to build in each phase (35 s -> 14 s on 2 cores); the cache key (TF32 settings, inputs' metadata)
+    # is the graph's either way: a warm-up without the slot's TF32 settings still misses (checked by hand)
+    problem = folder / "1_Lin.py"
+    problem.write_text(mod.SMALL.replace("torch.relu(self.lin(x)) * 2.0 + 1.0", "self.lin(x)"))
+    assert "return self.lin(x)\n" in problem.read_text()
+    return mod.check(problem_path=str(problem), cache_dir=str(folder / "inductor"))
 
 
 def test_the_slots_compile_finds_what_the_warm_up_stored(compile_cache_checked):
