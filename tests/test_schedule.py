@@ -391,9 +391,11 @@ def test_a_size_cut_short_in_the_forward_is_kept_as_a_lower_bound_and_sized_agai
     weights = ("    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(8, 8)\n"
                "    def forward")
     base = ELEMENTWISE.replace("    def forward", weights).replace("N", "8")
-    slow_forward = base.replace("return x * 2", "import time\n        time.sleep(3)\n        return x * 2")
+    # (past FORWARD_LIMIT_S, 1 s; the background child, with its longer limit, waits out slow_forward's sleep)
+    slow_forward = base.replace("return x * 2", "import time\n        time.sleep(1.5)\n        return x * 2")
     slow_model = base.replace("super().__init__()", "super().__init__()\n        import time\n        time.sleep(3)")
-    assert "time.sleep(3)" in slow_forward and "time.sleep(3)" in slow_model
+    assert schedule.FORWARD_LIMIT_S < 1.5
+    assert "time.sleep(1.5)" in slow_forward and "time.sleep(3)" in slow_model
     codes = {"slow_forward": slow_forward, "slow_model": slow_model, "small": ELEMENTWISE.replace("N", "8")}
     first = Sizing(codes, workers=1, cache=tmp_path)
     got = first.result(120)
