@@ -172,10 +172,19 @@ def _gpu_count_for(env_cvd: str | None) -> int:
     return _ask_gpu_count()
 
 
+#: seconds the child that counts GPUs (:func:`_ask_gpu_count`) has to answer: its fresh ``import torch`` took 4-6 s on
+#: an H200 host; longer is a driver that does not answer
+GPU_COUNT_CHILD_TIMEOUT_S = 60.0
+
+
 def _ask_gpu_count() -> int:
     """NVML's count (``torch.cuda._device_count_nvml``: no CUDA initialised, CUDA_VISIBLE_DEVICES applied;
     milliseconds), else a child process's ``torch.cuda.device_count()`` (a fresh ``import torch``: 4-6 s on
-    an H200 host, session 24's ``run_to_executor``)."""
+    an H200 host, session 24's ``run_to_executor``).
+
+    Raises:
+        PrerequisiteError: the child gave no answer within :data:`GPU_COUNT_CHILD_TIMEOUT_S` (a wedged driver:
+            the run would otherwise wait without a word, then go on as if there were no GPU)."""
     try:
         import torch
 
@@ -191,8 +200,14 @@ def _ask_gpu_count() -> int:
 
     try:
         out = subprocess.run([sys.executable, "-c", "import torch;print(torch.cuda.device_count())"],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=GPU_COUNT_CHILD_TIMEOUT_S)
         return int(out.stdout.strip() or 0)
+    except subprocess.TimeoutExpired:
+        raise PrerequisiteError(
+            f"counting the CUDA GPUs got no answer within {GPU_COUNT_CHILD_TIMEOUT_S:.0f} s (NVML did not answer "
+            "either): the GPU driver is not responding",
+            fix="check the GPUs with nvidia-smi (a hung driver needs the GPU reset or the machine rebooted), or "
+                "run on the CPU with --gpus cpu or CUDA_VISIBLE_DEVICES=-1") from None
     except (subprocess.SubprocessError, ValueError, OSError):
         return 0
 

@@ -212,6 +212,32 @@ def test_the_gpu_count_comes_from_nvml_without_a_child_and_falls_back_to_one(mon
         release.set()
 
 
+def test_a_driver_that_does_not_answer_the_gpu_count_is_an_error_naming_the_fix(monkeypatch, tmp_path):
+    """NVML cannot answer and the child that asks CUDA hangs (a wedged driver): after its time limit the run stops
+    with an error saying what to check and how to run on the CPU, instead of waiting without a word and then going
+    on as if the machine had no GPU. Here the child is a real process that sleeps past a short limit."""
+    import sys
+    import time
+
+    import torch
+
+    from kernelbench_harness.errors import PrerequisiteError
+    from kernelbench_harness.executors import local
+
+    hang = tmp_path / "python"
+    hang.write_text("#!/bin/sh\nsleep 30\n")
+    hang.chmod(0o755)
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: -1, raising=False)
+    monkeypatch.setattr(sys, "executable", str(hang))
+    monkeypatch.setattr(local, "GPU_COUNT_CHILD_TIMEOUT_S", 0.5)
+    t0 = time.monotonic()
+    with pytest.raises(PrerequisiteError, match="not responding") as err:
+        local._ask_gpu_count()
+    assert time.monotonic() - t0 < 10
+    assert "nvidia-smi" in err.value.fix and "--gpus cpu" in err.value.fix
+
+
 def test_a_worker_stopped_by_sigint_is_started_again_at_its_next_call(tmp_path):
     """Ctrl-C ends the device workers quietly (exit code 130) and none is restarted while the run stops; a
     worker that got SIGINT on its own (a candidate without Landlock's signal scoping could send it) is
