@@ -225,7 +225,7 @@ def test_a_driver_that_does_not_answer_the_gpu_count_is_an_error_naming_the_fix(
     from kernelbench_harness.executors import local
 
     hang = tmp_path / "python"
-    hang.write_text("#!/bin/sh\nsleep 30\n")
+    hang.write_text("#!/bin/sh\nexec sleep 30\n")
     hang.chmod(0o755)
     monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
     monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: -1, raising=False)
