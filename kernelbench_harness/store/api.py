@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import Engine, create_engine, delete, event, inspect, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, NoSuchModuleError
 from sqlalchemy.orm import Session
 
 from ..core import Candidate, EvalResult, Outcome, Problem, TimingStats
@@ -287,6 +287,14 @@ def _upgrade(engine: Engine, url: str, safe_url: str, revision: str) -> None:
             if engine.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
             current = set(MigrationContext.configure(conn).get_current_heads())
+            if not current and engine.dialect.name == "sqlite":
+                others = sorted(inspect(conn).get_table_names())
+                if others:  # another program's SQLite file: kbench would write its tables into it
+                    raise StoreError(
+                        f"{safe_url} is not a kbench results database (it holds the table(s) "
+                        f"{', '.join(others[:5])}{' ...' if len(others) > 5 else ''} and no kbench schema)",
+                        fix="pass --db with the path of a kbench store, or of a new file",
+                    )
             unknown = current - known
             if unknown:
                 raise StoreError(
@@ -463,7 +471,11 @@ class Store:
                         f"no results database at {path}",
                         fix="run `kbench run` first, or pass --db with the URL of your store",
                     )
-                path.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise StoreError(f"cannot create the folder of the results database {path}: {e.strerror}",
+                                     fix="pass --db with a path in a folder you can write") from None
         try:
             self._engine = self._make_engine(self.url)
         except NoSuchModuleError as e:
@@ -478,11 +490,12 @@ class Store:
             ) from None
         try:
             self._migrate()
-        except OperationalError as e:
+        except DatabaseError as e:  # OperationalError among them: unreachable, unwritable, not a database
             self._engine.dispose()
             raise StoreError(
                 f"cannot open the results database {self.safe_url}: {e.orig}",
-                fix="check that the server is running and the URL is right (--db)",
+                fix="pass --db with the path of a kbench store, or of a new file in a folder you can write"
+                if self.dialect == "sqlite" else "check that the server is running and the URL is right (--db)",
             ) from None
         except BaseException:
             self._engine.dispose()

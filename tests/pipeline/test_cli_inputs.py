@@ -393,3 +393,30 @@ def test_protocols_show_in_a_pipe_fits_80_columns_and_keeps_each_fingerprint_who
         fp = get_protocol(n).fingerprint()
         assert [line for line in lines if fp in line and n in line.split()], (n, fp, lines[:6])
     assert "correct_trials" in res.output and "-P KEY=VALUE" in res.output
+
+
+def test_a_file_that_is_not_a_kbench_store_is_refused_and_gets_no_kbench_tables(tmp_path):
+    """--db naming a file that is not an SQLite database gave a traceback (sqlite3's DatabaseError); one naming
+    another program's SQLite file had kbench's tables written into it; one whose folder could not be made gave
+    a traceback (mkdir's OSError). Each is now an error whose fix names --db, and the file is left without them."""
+    import sqlite3
+
+    from kernelbench_harness.errors import StoreError
+
+    junk = tmp_path / "notes.db"
+    junk.write_text("not a database\n")
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE runs (x)")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for db in (junk, other):
+        res = CliRunner().invoke(cli, ["runs", "list", "--db", str(db)])
+        assert isinstance(res.exception, StoreError), res.output
+        assert "--db" in res.exception.fix and "server" not in res.exception.fix
+    assert junk.read_text() == "not a database\n"
+    with sqlite3.connect(other) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["runs"]
+    res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "--gpus", "cpu", "--db", str(blocker / "sub" / "k.db"))
+    assert isinstance(res.exception, StoreError), res.output
+    assert "cannot create the folder" in str(res.exception) and "--db" in res.exception.fix
