@@ -5,6 +5,7 @@ Each command module exposes ``register(group)``; commands parse, call the librar
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 
@@ -13,6 +14,10 @@ import click
 from ..errors import KbenchError
 
 __all__ = ["main", "cli"]
+
+# errors of a path the user chose (--out, --db, an audit file) that cannot be written or made: no traceback
+_PATH_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
+                          errno.EISDIR, errno.ENAMETOOLONG})
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -61,4 +66,11 @@ def main() -> None:
         click.secho(f"error: {e.message}", fg="red", err=True)
         if e.fix:
             click.echo(f"  fix: {e.fix}", err=True)
+        sys.exit(2)
+    except OSError as e:
+        if e.errno not in _PATH_ERRNOS or not e.filename:
+            raise
+        logging.getLogger(__name__).debug("path error", exc_info=True)
+        click.secho(f"error: cannot write {e.filename}: {e.strerror}", fg="red", err=True)
+        click.echo("  fix: pass a path in a folder you can write (--out, --db), or free space there", err=True)
         sys.exit(2)

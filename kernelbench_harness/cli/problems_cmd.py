@@ -134,6 +134,7 @@ def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: 
             task = bar.add_task("audit", total=len(ps.problems), last="")
             partial = Path(out + ".progress.jsonl") if out else None  # survives an interrupted audit
             if partial is not None:
+                partial.parent.mkdir(parents=True, exist_ok=True)  # as --out of report and export
                 partial.write_text("", encoding="utf-8")
 
             def shown(r: AuditReport) -> None:
@@ -162,6 +163,7 @@ def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: 
         if d["status"] != "absent":
             con.print(f"known defect {d['key']} ({d['description']}): {d['status']}")
     if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(audit_to_json(reports, settings=settings, environment=env), indent=1),
                              encoding="utf-8")
         Path(out + ".progress.jsonl").unlink(missing_ok=True)

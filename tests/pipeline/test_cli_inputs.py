@@ -420,3 +420,24 @@ def test_a_file_that_is_not_a_kbench_store_is_refused_and_gets_no_kbench_tables(
     res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "--gpus", "cpu", "--db", str(blocker / "sub" / "k.db"))
     assert isinstance(res.exception, StoreError), res.output
     assert "cannot create the folder" in str(res.exception) and "--db" in res.exception.fix
+
+
+def test_an_output_folder_that_cannot_be_written_is_an_error_naming_the_fix(tmp_path, monkeypatch, capsys):
+    """`kbench report/leaderboard/export --out` in a folder that cannot be made (under a file here; read-only or
+    not permitted alike) ended in mkdir's traceback. The console entry point now prints the path and the fix."""
+    from kernelbench_harness.cli import main
+    from kernelbench_harness.store import Store
+
+    db = str(tmp_path / "k.db")
+    with Store(db) as st:
+        st.create_run("r", model="bundled", protocol={"name": "kbench"}, config={}, hardware={}, problems=[])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for args in (["report", "r"], ["leaderboard"], ["export", "r"]):
+        monkeypatch.setattr("sys.argv", ["kbench", *args, "--db", db, "--out", str(blocker / "out")])
+        with pytest.raises(SystemExit) as ex:
+            main()
+        err = capsys.readouterr().err
+        assert ex.value.code == 2 and "Traceback" not in err, err
+        assert f"cannot write {blocker / 'out'}" in err and "fix: pass a path in a folder you can write" in err
+    assert blocker.read_text() == ""
