@@ -100,14 +100,22 @@ def _as_int(v: Any, what: str) -> int:
     try:
         return int(v)
     except (TypeError, ValueError):
-        raise ConfigError(f"adapter option {what} must be an integer, got {v!r}") from None
+        raise ConfigError(f"adapter option {what} must be an integer, got {v!r}", fix=f"pass e.g. -O {what}=4") \
+            from None
+
+
+def _as_str(v: Any, what: str, example: str) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    raise ConfigError(f"adapter option {what} must be a string, got {v!r}", fix=f"pass e.g. -O {what}={example}")
 
 
 def _as_float(v: Any, what: str) -> float:
     try:
         return float(v)
     except (TypeError, ValueError):
-        raise ConfigError(f"adapter option {what} must be a number, got {v!r}") from None
+        raise ConfigError(f"adapter option {what} must be a number, got {v!r}", fix=f"pass e.g. -O {what}=60") \
+            from None
 
 
 class ChatAdapter(ModelAdapter):
@@ -142,8 +150,8 @@ class ChatAdapter(ModelAdapter):
         self.name = str(opts.get("name") or name or self.spec)
         self.default_params: dict[str, Any] = params
 
-        self.base_url_env: str | None = opts.get("base_url_env")
-        self.base_url: str | None = (opts.get("base_url")
+        self.base_url_env: str | None = _as_str(opts.get("base_url_env"), "base_url_env", "MY_BASE_URL")
+        self.base_url: str | None = (_as_str(opts.get("base_url"), "base_url", "http://localhost:8000/v1")
                                      or (os.environ.get(self.base_url_env) if self.base_url_env else None)
                                      or settings.base_url
                                      or next((os.environ[e] for e in self.base_url_envs if os.environ.get(e)),
@@ -152,9 +160,9 @@ class ChatAdapter(ModelAdapter):
         if self.base_url:
             self.base_url = self.base_url.rstrip("/")
 
-        key_env = opts.get("api_key_env") or settings.api_key_env
+        key_env = _as_str(opts.get("api_key_env"), "api_key_env", "MY_API_KEY") or settings.api_key_env
         self.key_env_names: tuple[str, ...] = (key_env,) if key_env else self.key_envs
-        self._api_key: str | None = opts.get("api_key") or next(
+        self._api_key: str | None = (None if opts.get("api_key") is None else str(opts["api_key"])) or next(
             (os.environ[e] for e in self.key_env_names if os.environ.get(e)), None)
 
         mc = opts.get("max_concurrency", settings.max_concurrency)

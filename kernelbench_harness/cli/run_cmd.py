@@ -302,7 +302,7 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
     check_problems_source(problems)
     cfg = RunConfig(model=model, run_name=run_name, problems=problems, levels=parse_levels(level), ids=ids,
                     samples=samples, turns=turns, backend=backend, params=parse_kv(model_args, "-M value"),
-                    model_options=parse_kv(adapter_options, "-O value"), protocol=protocol, precision=precision,
+                    model_options=parse_kv(adapter_options, "-O value", "variant=triton"), protocol=protocol, precision=precision,
                     protocol_overrides=overrides, db=db, gpus=gpus, slots_per_gpu=slots_per_gpu, quiet_host=quiet_host,
                     timing_cpus=timing_cpus, timeout_s=timeout_s, build_timeout_s=build_timeout_s, build_workers=build_workers, start_method=start_method,
                     sandbox=not no_sandbox, executor=executor, ray_address=ray_address, seed=seed,

@@ -441,3 +441,20 @@ def test_an_output_folder_that_cannot_be_written_is_an_error_naming_the_fix(tmp_
         assert ex.value.code == 2 and "Traceback" not in err, err
         assert f"cannot write {blocker / 'out'}" in err and "fix: pass a path in a folder you can write" in err
     assert blocker.read_text() == ""
+
+
+def test_adapter_options_of_the_wrong_type_are_refused_with_a_fix(tmp_path, monkeypatch):
+    """-O base_url=5 (or base_url = 5 under an alias in kbench.toml) ended in AttributeError's traceback
+    ('int' object has no attribute 'rstrip'); -O without '=' showed a -M example as its fix."""
+    monkeypatch.chdir(tmp_path)  # no kbench.toml of the checkout's
+    res, _ = _run(tmp_path, "-m", "local/x", "-O", "base_url=5", "--level", "1", "--ids", "1")
+    assert isinstance(res.exception, ConfigError), res.output
+    assert "base_url must be a string" in str(res.exception) and "-O base_url=http" in res.exception.fix
+    (tmp_path / "kbench.toml").write_text('[aliases.mine]\nspec = "local/x"\nbase_url = 5\n')
+    res, _ = _run(tmp_path, "-m", "mine", "--level", "1", "--ids", "1")
+    assert isinstance(res.exception, ConfigError) and "base_url must be a string" in str(res.exception)
+    res, _ = _run(tmp_path, "-m", "openai/x", "-O", "max_concurrency=many", "--level", "1", "--ids", "1")
+    assert isinstance(res.exception, ConfigError) and res.exception.fix == "pass e.g. -O max_concurrency=4"
+    res, _ = _run(tmp_path, "-O", "variant", "--level", "1", "--ids", "1")
+    assert isinstance(res.exception, ConfigError) and "-O value as key=value, e.g. variant=" in res.exception.fix
+    assert not (tmp_path / "k.db").exists()
