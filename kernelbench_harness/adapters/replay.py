@@ -106,13 +106,16 @@ def read_generations(path: str | Path, *, default_model: str | None = None) -> l
             log.warning("%s:%d: code is not a string; line skipped", p, n)
             continue
         model = obj.get("model")
-        model = str(model) if isinstance(model, (str, int)) and str(model) else model_default
+        if (model is not None and not isinstance(model, (str, int))) or isinstance(model, bool):
+            log.warning("%s:%d: model is not a string; line skipped", p, n)
+            continue
+        model = str(model) if model is not None and str(model) else model_default
         key = (level, pid, model)
         index = counts.get(key, 0)
         counts[key] = index + 1
         if "sample_id" in obj and obj["sample_id"] is not None:
             sid = _as_id(obj["sample_id"])
-            if sid is None:
+            if sid is None or sid < 0:
                 log.warning("%s:%d: sample_id must be a non-negative integer; line skipped", p, n)
                 continue
         else:

@@ -96,3 +96,20 @@ def test_plan_on_shared_kernelsseum_generations():
     line = next(r for r in expected if r["problem_id"] == first.problem.problem_id and r["model"] == first.model)
     assert g.code == line["code"] and "ModelNew" in g.code
     assert a.stored(first).fields["reported"] == line["reported"]
+
+
+def test_a_negative_sample_id_or_a_model_that_is_not_a_name_skips_the_line(tmp_path, caplog):
+    """sample_id -1 was stored as sample -1 (the module says sample ids are non-negative), and a model given as a
+    list or an object was silently replaced by the file's stem, so its sample counted for another model."""
+    path = tmp_path / "g.jsonl"
+    lines = [{"level": 1, "problem_id": 1, "code": "A", "sample_id": -1},
+             {"level": 1, "problem_id": 1, "code": "B", "model": ["gpt-x"]},
+             {"level": 1, "problem_id": 1, "code": "C", "model": True},
+             {"level": 1, "problem_id": 1, "code": "D", "model": 7},
+             {"level": 1, "problem_id": 1, "code": "E", "model": None}]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    caplog.set_level(logging.WARNING)
+    a = ReplayAdapter(path)
+    assert [(g.line_no, g.model, g.sample_id) for g in a.generations] == [(4, "7", 0), (5, "g", 1)]
+    warned = {int(r.getMessage().split(":")[1]) for r in caplog.records if "line skipped" in r.getMessage()}
+    assert warned == {1, 2, 3}
