@@ -499,6 +499,11 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         specs = ad.plan(problems, cfg.samples)
         answered = {(sp.problem.level, sp.problem.problem_id) for sp in specs}
         unanswered = tuple(p.key for p in problems if (p.level, p.problem_id) not in answered)
+        stray = _stray_generations(ad, problems, cfg)
+        if stray:
+            prog.note(f"{len(stray)} line(s) of {cfg.model} name problems that {ps.source} does not hold and "
+                      "are not evaluated (check --problems): " + ", ".join(stray[:10])
+                      + (" ..." if len(stray) > 10 else ""))
         if unanswered and specs:
             prog.note(f"{len(unanswered)} of the {len(problems)} selected problem(s) have no sample from "
                       f"{cfg.model} and count as not solved: {', '.join(unanswered[:10])}"
@@ -925,6 +930,21 @@ def _start_sizing(cfg: RunConfig, problems: list[Problem], cache: Path | None = 
         return Sizing({p.key: p.code for p in problems}, cache=cache)
     except Exception:  # noqa: BLE001 - sizing only orders the run (a full /tmp, say): sized later or not at all
         return None
+
+
+def _stray_generations(adapter: Any, problems: list[Problem], cfg: RunConfig) -> list[str]:
+    """Replay lines for a level and id that --level/--ids select but the problem source lacks (``L1/99 (line 5)``):
+    they are not evaluated, and a wrong --problems would otherwise drop them without a word."""
+    from .adapters.replay import ReplayAdapter
+    from .problems import parse_id_ranges
+
+    if not isinstance(adapter, ReplayAdapter):
+        return []
+    held = {(p.level, p.problem_id) for p in problems}
+    ids = parse_id_ranges(cfg.ids)
+    return [f"L{g.level}/{g.problem_id} (line {g.line_no})" for g in adapter.generations
+            if (g.level, g.problem_id) not in held and (cfg.levels is None or g.level in cfg.levels)
+            and (ids is None or g.problem_id in ids)]
 
 
 def resume_command(run_name: str, db: str | None) -> str:

@@ -458,3 +458,21 @@ def test_adapter_options_of_the_wrong_type_are_refused_with_a_fix(tmp_path, monk
     res, _ = _run(tmp_path, "-O", "variant", "--level", "1", "--ids", "1")
     assert isinstance(res.exception, ConfigError) and "-O value as key=value, e.g. variant=" in res.exception.fix
     assert not (tmp_path / "k.db").exists()
+
+
+def test_replay_lines_for_problems_the_source_lacks_are_named(tmp_path):
+    """A replay line for L1/99 against a source without it was dropped with an INFO log only (unseen without -v):
+    generations replayed against the wrong --problems vanished from the run without a word. The run now names
+    them (lines for levels or ids that --level/--ids leave out are not named: they were not asked for)."""
+    from kernelbench_harness.adapters.replay import ReplayAdapter
+    from kernelbench_harness.problems import load_problems
+    from kernelbench_harness.runner import RunConfig, _stray_generations
+
+    gens = tmp_path / "g.jsonl"
+    gens.write_text("".join(json.dumps({"level": lv, "problem_id": pid, "code": "x"}) + "\n"
+                            for lv, pid in ((1, 1), (1, 99), (2, 1), (7, 1))))
+    ad = ReplayAdapter(gens)
+    for levels, ids, want in ((None, None, ["L1/99 (line 2)", "L7/1 (line 4)"]), ((1,), None, ["L1/99 (line 2)"]),
+                              ((1, 2), "1-5", [])):
+        problems = list(load_problems(None, levels=levels, ids=ids).problems)
+        assert _stray_generations(ad, problems, RunConfig(levels=levels, ids=ids)) == want
