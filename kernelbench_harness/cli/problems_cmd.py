@@ -60,12 +60,14 @@ def list_cmd(problems: str | None, level: str | None, ids: str | None, as_json: 
 @click.option("--max-elements", default=None, metavar="N",
               help="Skip problems whose forward inputs plus weights exceed N elements (e.g. 2e8); "
                    "recorded as skipped-size.")
-@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=float,
+@click.option("--timeout", "timeout_s", default=300.0, show_default=True,
+              type=click.FloatRange(0, min_open=True),
               help="Time limit per problem, seconds (recorded as skipped-time).")
-@click.option("--budget", "budget_s", default=None, type=float, help="Time budget for the whole audit, seconds.")
+@click.option("--budget", "budget_s", default=None, type=click.FloatRange(0, min_open=True),
+              help="Time budget for the whole audit, seconds.")
 @click.option("--order", default="given", show_default=True, type=click.Choice(["given", "size"]),
               help="Audit order; size: smallest problems first.")
-@click.option("--launch-bound-us", default=LAUNCH_BOUND_US, show_default=True, type=float,
+@click.option("--launch-bound-us", default=LAUNCH_BOUND_US, show_default=True, type=click.FloatRange(0),
               help="Eager time under which a problem is launch-bound (GPU only), microseconds.")
 @click.option("--threads", default=None, type=click.IntRange(1, 1024),
               help="CPU threads of the audit process (default: torch's; 1 is fastest on a busy small CPU).")

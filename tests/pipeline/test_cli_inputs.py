@@ -476,3 +476,12 @@ def test_replay_lines_for_problems_the_source_lacks_are_named(tmp_path):
                               ((1, 2), "1-5", [])):
         problems = list(load_problems(None, levels=levels, ids=ids).problems)
         assert _stray_generations(ad, problems, RunConfig(levels=levels, ids=ids)) == want
+
+
+@pytest.mark.parametrize("option", ["--timeout", "--budget"])
+def test_problems_audit_refuses_a_time_limit_that_is_not_positive(tmp_path, option):
+    """`kbench problems audit --timeout -5` was taken: every problem came out skipped-time, as if too slow."""
+    out = tmp_path / "a.json"
+    res = CliRunner().invoke(cli, ["problems", "audit", "--level", "1", "--ids", "1", option, "-5", "--out", str(out)])
+    assert res.exit_code == 2 and option in res.output and "x>0" in res.output, res.output
+    assert not out.exists() and not (tmp_path / "a.json.progress.jsonl").exists()
