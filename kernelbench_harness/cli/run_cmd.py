@@ -135,11 +135,14 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
     from ..metrics import summarize_run
     from ..store import Store
 
+    from ..reporting.data import run_problem_flags, scored_apart
+
     st = Store(db)
     try:
         frame = st.results_frame(s.run_name)
         problems = st.run_problems(s.run_name)
-        groups = summarize_run(frame, problems, n_resamples=0)
+        apart = scored_apart(run_problem_flags(st, s.run_name, frame))  # as the report scores them
+        groups = summarize_run(frame, problems, n_resamples=0, exclude=apart)
         info = st.get_run(s.run_name)
     finally:
         st.close()
@@ -165,6 +168,10 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
                   pct(g.fast_p_compile.get("1", g.faster_compile_rate)))
     print_full(console, t)
     console.print("* geometric mean over correct candidates (KernelBench's definition)")
+    if apart:
+        console.print(f"[yellow]{len(apart)} problem(s) left out of the scores above, as in the report (audit: "
+                      f"degenerate; or the reference failed before any candidate code ran, a problem to fix): "
+                      f"{', '.join(apart[:10])}{' ...' if len(apart) > 10 else ''}[/]")
     outs = ", ".join(f"{k}: {v}" for k, v in sorted(s.outcomes.items()))
     console.print(f"outcomes this session: {outs or 'none'}; {s.skipped_done} sample(s) were already done")
     if s.unanswered:

@@ -364,6 +364,11 @@ class HostLockLost(RuntimeError):
     through: the slot must not go on computing without the hold, nor judge with a weaker judge because of it."""
 
 
+#: the problem flag of a problem whose reference failed at set-up, before any candidate code ran (not out of memory):
+#: reports score such problems apart, as the audit's ``degenerate`` ones (``reporting.data.SCORED_APART``)
+REFERENCE_FAILED = "reference-failed"
+
+
 class ReferenceError_(RuntimeError):
     """The problem's own reference failed (bad problem file, unsupported op on this device); ``oom``: the
     trusted side ran out of device memory evaluating it (beside the candidate's process)."""
@@ -2564,14 +2569,17 @@ class DeviceEvaluator:
             ctx = self.context(job.problem, protocol, job.run_seed, phase)
         except ReferenceError_ as e:
             at.append(time.time())
-            # out of device memory setting the reference up: the harness's failure (harness_error)
+            # out of device memory setting the reference up: the harness's failure (harness_error); any other
+            # failure is the problem's (a bad problem file, an op this device lacks), before any candidate code
+            # ran: the problem is flagged REFERENCE_FAILED and scored apart for every model, not held against this
+            # one's candidate
+            harness = e.oom and self.memory_ledger is not None and (not self._alone or self._alone_fell)
             return EvalResult(Outcome.RUNTIME_ERROR, error=f"reference failed: {e}", findings=tuple(findings),
                               device=str(self.device),
                               extra={"reference_error": True,
                                      "steps": [[n, round(a, 3), round(b, 3)] for n, a, b in zip(names, at, at[1:])],
-                                     **({"harness_error": True, "trusted_oom": True}
-                                        if e.oom and self.memory_ledger is not None
-                                        and (not self._alone or self._alone_fell) else {})})
+                                     **({"harness_error": True, "trusted_oom": True} if harness else {}),
+                                     **({} if e.oom else {"problem_flags": [REFERENCE_FAILED]})})
         # this job's own set-up: nothing where the context was kept from an earlier job (its setup_s is that
         # job's), and without the time its host stretches waited to take the hold back (in yield_wait)
         phase["reference"] = max(0.0, min(ctx.setup_s, time.perf_counter() - t_ref)

@@ -92,9 +92,35 @@ LEGEND: dict[str, str] = {
     "host issuing the launches, not by the GPU (in most trials: with launch hiding, the host took longer than "
     "the GPU; without it, the host's issue time was at least 90% of the event time): such times differ between "
     "processes far more than GPU-bound ones, so read the speedup as approximate.",
-    "degenerate": "Problems flagged degenerate by the problem audit (e.g. output constant or below the tolerance) "
-    "are left out of every score and listed apart.",
+    "degenerate": "Problems flagged degenerate by the problem audit (e.g. output constant or below the tolerance), "
+    "and problems whose reference failed before any candidate code ran (reference-failed: a bad problem file or "
+    "an op the device lacks), are left out of every score and listed apart.",
 }
+
+#: problem flags whose problems are left out of every score (for every model alike) and listed apart
+SCORED_APART = ("degenerate", "reference-failed")
+
+
+def run_problem_flags(store: Any, run_name: str, frame: pd.DataFrame,
+                      flags: Mapping[str, Sequence[str]] | None = None) -> dict[str, list[str]]:
+    """Problem key (``"L2/83"``) -> flags of a run: those stored for its problems (the audit's), those its results
+    carry (``problem_flags`` of :meth:`..store.Store.results_frame`: host-bound, reference-failed, ...) and
+    ``flags`` given by the caller, merged."""
+    out: dict[str, list[str]] = {k: list(v) for k, v in store.problem_flags(run_name).items()}
+    if len(frame):
+        for lv, pid, fl in zip(frame["level"], frame["problem_id"], frame["problem_flags"]):
+            if fl:
+                key = f"L{int(lv)}/{int(pid)}"
+                out[key] = sorted(set(out.get(key, [])) | set(fl))
+    for k, v in (flags or {}).items():
+        out[k] = sorted(set(out.get(k, [])) | set(v))
+    return out
+
+
+def scored_apart(all_flags: Mapping[str, Sequence[str]]) -> list[str]:
+    """The problem keys flagged :data:`SCORED_APART`, in level and id order."""
+    return sorted((k for k, v in all_flags.items() if any(f in v for f in SCORED_APART)),
+                  key=lambda k: tuple(int(x) for x in k[1:].split("/")))
 
 
 
@@ -313,18 +339,8 @@ def build_run_data(
         raise StoreError(f"no run named {run_name!r} in this store", fix="see `kbench runs list`")
     problems: list[Problem] = store.run_problems(run_name)
     frame = store.results_frame(run_name)
-    all_flags: dict[str, list[str]] = {k: list(v) for k, v in store.problem_flags(run_name).items()}
-    if len(frame):  # flags the evaluator's problem audit attached to results
-        for lv, pid, fl in zip(frame["level"], frame["problem_id"], frame["problem_flags"]):
-            if fl:
-                key = f"L{int(lv)}/{int(pid)}"
-                all_flags[key] = sorted(set(all_flags.get(key, [])) | set(fl))
-    for k, v in (flags or {}).items():
-        all_flags[k] = sorted(set(all_flags.get(k, [])) | set(v))
-    degenerate = sorted(
-        (k for k, v in all_flags.items() if "degenerate" in v),
-        key=lambda k: tuple(int(x) for x in k[1:].split("/")),
-    )
+    all_flags = run_problem_flags(store, run_name, frame, flags)
+    degenerate = scored_apart(all_flags)
     deg_set = set(degenerate)
     scores = sample_scores(frame)
     models = (

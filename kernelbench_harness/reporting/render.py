@@ -309,6 +309,7 @@ def write_run_report(
         verdicts=data["verdicts"],
         verdict_cols=verdict_cols,
         degenerate=data["degenerate"],
+        flags=data["flags"],
         usage=data["usage"],
         problems=data["problems"],
         settings=data["settings"],

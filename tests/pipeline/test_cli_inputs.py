@@ -485,3 +485,45 @@ def test_problems_audit_refuses_a_time_limit_that_is_not_positive(tmp_path, opti
     res = CliRunner().invoke(cli, ["problems", "audit", "--level", "1", "--ids", "1", option, "-5", "--out", str(out)])
     assert res.exit_code == 2 and option in res.output and "x>0" in res.output, res.output
     assert not out.exists() and not (tmp_path / "a.json.progress.jsonl").exists()
+
+
+def test_a_problem_whose_reference_fails_is_scored_apart_not_held_against_the_candidate(tmp_path):
+    """A problem whose reference fails at set-up (here its get_inputs raises), before any candidate code ran, is the
+    problem's defect, not the model's: its result carries the problem flag ``reference-failed`` and the problem is
+    left out of every score, in the run's summary and in the report alike (newcomer review, helper-69: it counted as
+    the candidate's runtime_error)."""
+    from kernelbench_harness.reporting.data import build_run_data
+    from kernelbench_harness.store import Store
+
+    from .conftest import SHORT_TIMING_ARGS
+
+    root = Path(__file__).resolve().parents[2]
+    good = (root / "problems" / "level1" / "1_Scaled_Swish.py").read_text()
+    (tmp_path / "p" / "level1").mkdir(parents=True)
+    (tmp_path / "p" / "level1" / "1_Scaled_Swish.py").write_text(good)
+    (tmp_path / "p" / "level1" / "2_Broken_Inputs.py").write_text(
+        good.replace("    x = torch.randn(batch_size, features) * 3.0\n",
+                     "    raise RuntimeError('this problem file is broken')\n"))
+    code = (root / "problems" / "solutions" / "level1" / "1_Scaled_Swish.triton.py").read_text()
+    gens = tmp_path / "g.jsonl"
+    gens.write_text("".join(json.dumps({"level": 1, "problem_id": i, "model": "m", "code": code}) + "\n"
+                            for i in (1, 2)))
+    res, db = _run(tmp_path, "--model", f"replay:{gens}", "--problems", str(tmp_path / "p"), "--level", "1",
+                   "--gpus", "cpu", "--run-name", "rf", *SHORT_TIMING_ARGS)
+    assert res.exit_code == 0, res.output
+    assert "1 problem(s) left out of the scores above" in res.output and "L1/2" in res.output
+    row = next(line for line in res.output.splitlines() if "│ L1 " in line or "| L1 " in line)
+    assert re.search(r"L1\s+\S\s+1\s+\S\s+100%", row), row  # one problem scored, and it is correct
+    st = Store(db)
+    try:
+        frame = st.results_frame("rf")
+        broken = frame[frame["problem_id"] == 2].iloc[0]
+        assert broken["outcome"] == "runtime_error" and "reference-failed" in list(broken["problem_flags"])
+        ok = frame[frame["problem_id"] == 1].iloc[0]
+        assert ok["outcome"] == "correct" and "reference-failed" not in list(ok["problem_flags"] or [])
+        data = build_run_data(st, "rf", n_resamples=0)
+    finally:
+        st.close()
+    assert data["degenerate"] == ["L1/2"]
+    l1 = next(g for g in data["metrics"] if g["group"] == "L1")
+    assert l1["problems"] == 1 and l1["correct_rate"]["value"] == 1.0
