@@ -500,6 +500,11 @@ def test_a_trusted_side_allocation_that_runs_out_is_a_harness_oom_not_a_protocol
     with pytest.raises(ValueError):
         devmod.DeviceEvaluator._trusted_copy(slot, always(ValueError("shape")), "copying")
     assert not devmod._device_oom(AcceleratorError("CUDA error: an illegal memory access"))
+    # a CUDA library that could not allocate its handle or workspace beside other slots' work is out of memory too:
+    # the reference failing so is the harness's (tried again), not the problem's (reference-failed, scored apart)
+    assert devmod._device_oom(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"))
+    assert devmod._device_oom(RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"))
+    assert not devmod._device_oom(RuntimeError("CUDA error: CUBLAS_STATUS_INVALID_VALUE"))
 
 
 def test_a_job_waits_for_the_devices_memory_to_be_free_with_the_lock_given_up(monkeypatch, caplog):
