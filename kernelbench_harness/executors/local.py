@@ -196,11 +196,10 @@ def _ask_gpu_count() -> int:
     if n >= 0:
         return n
     import subprocess
-    import sys
 
     try:
-        out = subprocess.run([sys.executable, "-c", "import torch;print(torch.cuda.device_count())"],
-                             capture_output=True, text=True, timeout=GPU_COUNT_CHILD_TIMEOUT_S)
+        out = subprocess.run(_gpu_count_child_argv(), capture_output=True, text=True,
+                             timeout=GPU_COUNT_CHILD_TIMEOUT_S)
         return int(out.stdout.strip() or 0)
     except subprocess.TimeoutExpired:
         raise PrerequisiteError(
@@ -210,6 +209,13 @@ def _ask_gpu_count() -> int:
                 "run on the CPU with --gpus cpu or CUDA_VISIBLE_DEVICES=-1") from None
     except (subprocess.SubprocessError, ValueError, OSError):
         return 0
+
+
+def _gpu_count_child_argv() -> list[str]:
+    """The command of the child that asks CUDA for the GPU count (:func:`_ask_gpu_count`)."""
+    import sys
+
+    return [sys.executable, "-c", "import torch;print(torch.cuda.device_count())"]
 
 
 def _nvml_gpu_count(torch: Any, timeout_s: float = 10.0) -> int:

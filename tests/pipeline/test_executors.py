@@ -215,8 +215,8 @@ def test_the_gpu_count_comes_from_nvml_without_a_child_and_falls_back_to_one(mon
 def test_a_driver_that_does_not_answer_the_gpu_count_is_an_error_naming_the_fix(monkeypatch, tmp_path):
     """NVML cannot answer and the child that asks CUDA hangs (a wedged driver): after its time limit the run stops
     with an error saying what to check and how to run on the CPU, instead of waiting without a word and then going
-    on as if the machine had no GPU. Here the child is a real process that sleeps past a short limit."""
-    import sys
+    on as if the machine had no GPU. Here the child is a real process that sleeps past a short limit (named through
+    the module's command, not by patching sys.executable: the session's background jobs start children with it)."""
     import time
 
     import torch
@@ -229,7 +229,7 @@ def test_a_driver_that_does_not_answer_the_gpu_count_is_an_error_naming_the_fix(
     hang.chmod(0o755)
     monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
     monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: -1, raising=False)
-    monkeypatch.setattr(sys, "executable", str(hang))
+    monkeypatch.setattr(local, "_gpu_count_child_argv", lambda: [str(hang)])
     monkeypatch.setattr(local, "GPU_COUNT_CHILD_TIMEOUT_S", 0.5)
     t0 = time.monotonic()
     with pytest.raises(PrerequisiteError, match="not responding") as err:
