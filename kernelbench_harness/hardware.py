@@ -86,6 +86,8 @@ class NvmlProbe:
 
     _lib: Any = None
     _ok: bool | None = None
+    #: whether the driver keeps SM clock samples at all (:meth:`window_samples`); None: not known yet
+    _sm_kept: bool | None = None
 
     def __init__(self, uuid: str) -> None:
         self.handle: Any = None
@@ -248,13 +250,13 @@ class NvmlProbe:
         if clocks is None:
             return None
         if clocks:  # the driver keeps them (it may have kept none yet when an earlier window asked)
-            self.__dict__["_sm_kept"] = True
-        elif self.__dict__.get("_sm_kept") is None:  # none in the window: does the driver keep any?
+            self._sm_kept = True
+        elif self._sm_kept is None:  # none in the window: does the driver keep any?
             kept = self._samples(self._SM_CLOCK_SAMPLES, 0)
             if kept is not None:  # an NVML error says nothing about the driver: asked again next time
-                self.__dict__["_sm_kept"] = bool(kept)
+                self._sm_kept = bool(kept)
         power = self._samples(self._POWER_SAMPLES, since_us) or []
-        return {"n": len(clocks) if clocks or self.__dict__.get("_sm_kept") else None,
+        return {"n": len(clocks) if clocks or self._sm_kept else None,
                 "sm_mhz_min": min(clocks) if clocks else None, "sm_mhz_max": max(clocks) if clocks else None,
                 "power_n": len(power), "power_w_max": round(max(power) / 1000.0, 1) if power else None}
 
