@@ -446,7 +446,12 @@ def _fresh(bound: dict[str, Any]) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, list) else v) for k, v in bound.items()}
 
 
-def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRecord, *, pch: bool = False) -> None:
+ExtensionClaim = Callable[[str], bool]
+ExtensionDone = Callable[[str, str], None]
+
+
+def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRecord, *, pch: bool = False,
+                        claim: ExtensionClaim | None = None, done: ExtensionDone | None = None) -> None:
     """Replace ``load_inline`` and ``load`` in ``torch.utils.cpp_extension`` (see the module docstring).
 
     Args:
@@ -455,6 +460,15 @@ def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRe
         record: filled with what happened.
         pch: offer and ask for precompiled headers from ``<cache_dir>/pch`` (the build pool's
             processes, whose binaries it checks; never a device slot's).
+        claim: called with ``kb_<hash>`` when that extension is not in the cache, before compiling it; it
+            returns once no other build process is compiling the same extension: True when this process
+            should compile it, False when another one stored it in the cache meanwhile (it is then loaded
+            from there). The build pool's processes get one (:class:`~.builder.BuildPool`), so
+            candidates whose Python differs but whose extension is the same compile it once even when
+            they are built at the same time.
+        done: called after a compile that ``claim`` allowed, with ``kb_<hash>`` and the path of the
+            binary ("" when the compile failed), so the trusted side can store it and let the next
+            claimant go.
     """
     import torch.utils.cpp_extension as ce
 
@@ -475,12 +489,31 @@ def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRe
             uname = f"kb_{key}"
             record.kernel_names |= _kernel_names(bound)
             is_py = bool(bound.get("is_python_module", True))
+            claimed = False
             if cache_dir is not None:
-                hits = sorted((cache_dir / uname).glob("*.so")) if (cache_dir / uname).is_dir() else []
-                if hits:
-                    record.cache_hits.append(uname)
-                    mod = _load_prebuilt(hits[0].stem, hits[0], is_py)
-                    return CountingModule(mod, uname, record) if is_py else mod
+                cached = _cached(cache_dir, uname, is_py)
+                if cached is None and claim is not None:
+                    claimed = claim(uname)
+                    if not claimed:  # another build stored it while this one waited
+                        cached = _cached(cache_dir, uname, is_py)
+                if cached is not None:
+                    return cached
+            try:
+                return _compile(kind, bound, uname, is_py)
+            finally:
+                if claimed and done is not None:
+                    built = [b for b in record.built if b.get("name") == uname]
+                    done(uname, str(built[-1].get("so", "")) if built else "")
+
+        def _cached(folder: Path, uname: str, is_py: bool) -> Any:
+            hits = sorted((folder / uname).glob("*.so")) if (folder / uname).is_dir() else []
+            if not hits:
+                return None
+            record.cache_hits.append(uname)
+            mod = _load_prebuilt(hits[0].stem, hits[0], is_py)
+            return CountingModule(mod, uname, record) if is_py else mod
+
+        def _compile(kind: str, bound: dict[str, Any], uname: str, is_py: bool) -> Any:
             out_dir = build_dir / uname
             out_dir.mkdir(parents=True, exist_ok=True)
             bound["name"] = uname

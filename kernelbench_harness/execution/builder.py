@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -35,6 +36,9 @@ from .sandbox import clean_environment
 from .scratch import claim_scratch, release_fd
 
 __all__ = ["BuildPool", "BuildOutcome", "needs_build"]
+
+#: a cache entry's name: ``kb_`` and the extension's content hash (build.extension_key)
+_EXT_NAME = re.compile(r"kb_[0-9a-f]{24}")
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +120,13 @@ class BuildPool:
         self.launcher = Launcher(self.env, start_method)
         self._sem: asyncio.Semaphore | None = None
         self._inflight: dict[str, asyncio.Future[BuildOutcome]] = {}
+        # extensions being compiled by one of this pool's processes (``kb_<hash>``): another process that needs
+        # the same one waits for it and loads it from the cache (candidates whose Python differs but whose
+        # extension is the same, built at the same time, compile it once)
+        self._ext_cond = threading.Condition()
+        self._ext_busy: set[str] = set()
         self.stats = {"built": 0, "cached": 0, "compile_error": 0, "deferred": 0, "timeout": 0, "compile_s": 0.0,
-                      "pch_built": 0, "pch_used": 0, "slim": 0}
+                      "pch_built": 0, "pch_used": 0, "slim": 0, "shared": 0}
         self._pch_lock = threading.Lock()
         self._pch_keys: set[str] = set()
         self.max_pch = 4
@@ -161,26 +170,38 @@ class BuildPool:
             job: dict[str, Any] = {"mode": "build", "job_dir": str(jobdir), "inputs_dir": str(jobdir),
                                    "candidate_path": str(src), "device": "cpu", "protocol": {},
                                    "build_dir": str(jobdir / "build"), "build_cache": str(self.cache_dir),
-                                   "pch": pch_enabled()}
+                                   "pch": pch_enabled(), "ext_claims": True}
             sandbox = {"private_dir": str(jobdir), "cpu_time_s": int(self.timeout_s * 4),
                        "file_size_bytes": 4 << 30, "new_netns": True, "landlock": True} if self.sandbox else None
             h = self.launcher.start(job, sandbox)
+            held: set[str] = set()  # the extension this job's process is compiling (at most one)
             try:
                 deadline = time.monotonic() + self.timeout_s
                 while True:
                     msg = h.chan.recv(timeout_s=max(0.0, deadline - time.monotonic()))
-                    if msg.get("event") == "built":
+                    event = msg.get("event")
+                    if event == "built":
                         break
+                    if event == "ext_claim":
+                        h.chan.send({"cmd": self._serve_claim(msg.get("name"), held, deadline)})
+                    elif event == "ext_done":
+                        name = msg.get("name")
+                        if isinstance(name, str) and name in held:
+                            self._store_binary(name, Path(str(msg.get("so") or "")), jobdir)
+                            self._release_claims(held)
             except ChannelTimeout:
+                self._release_claims(held)
                 h.kill("timeout")
                 h.close()
                 self.stats["timeout"] += 1
                 return BuildOutcome("timeout", f"build did not finish within {self.timeout_s:.0f} s",
                                     time.perf_counter() - t0)
             except ChannelError as e:
+                self._release_claims(held)
                 h.close()
                 self.stats["deferred"] += 1
                 return BuildOutcome("deferred", f"build process ended: {e}", time.perf_counter() - t0)
+            self._release_claims(held)
             h.close()
             info = msg.get("build") if isinstance(msg.get("build"), dict) else {}
             built = [b for b in info.get("built", []) if isinstance(b, dict)] \
@@ -203,25 +224,7 @@ class BuildPool:
                                     "it is compiled again without one", time.perf_counter() - t0, compile_s, names)
             # move fresh binaries into the shared cache (only from this process's private folder)
             for b in built:
-                so = Path(str(b.get("so", "")))
-                name = str(b.get("name", ""))
-                if not name.startswith("kb_") or not so.is_file():
-                    continue
-                try:
-                    so.resolve().relative_to(jobdir.resolve())
-                except ValueError:
-                    continue
-                entry = self.cache_dir / name
-                if not entry.is_dir():
-                    tmp = self.cache_dir / f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
-                    tmp.mkdir()
-                    shutil.copyfile(so, tmp / so.name)  # keep the file name: it is the module's name
-                    try:
-                        os.replace(tmp, entry)
-                        with self._pch_lock:
-                            self._so_seen[name] = _tree_fingerprint(entry, content=True)
-                    except OSError:  # another build stored it first
-                        shutil.rmtree(tmp, ignore_errors=True)
+                self._store_binary(str(b.get("name", "")), Path(str(b.get("so", ""))), jobdir)
             if msg.get("ok"):
                 status = "built" if built else "cached"
                 self.stats[status] += 1
@@ -235,6 +238,57 @@ class BuildPool:
                                 compile_s, names)
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
+
+    def _store_binary(self, name: str, so: Path, jobdir: Path) -> None:
+        """Copy a binary a build process made (``so``, only from inside its private ``jobdir``) into the cache as
+        ``<cache>/<name>/<so.name>``, unless an entry ``name`` is there already."""
+        if not _EXT_NAME.fullmatch(name) or not so.is_file():
+            return
+        try:
+            so.resolve().relative_to(jobdir.resolve())
+        except ValueError:
+            return
+        entry = self.cache_dir / name
+        if entry.is_dir():
+            return
+        tmp = self.cache_dir / f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+        tmp.mkdir()
+        shutil.copyfile(so, tmp / so.name)  # keep the file name: it is the module's name
+        try:
+            os.replace(tmp, entry)
+            with self._pch_lock:
+                self._so_seen[name] = _tree_fingerprint(entry, content=True)
+        except OSError:  # another build stored it first
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _serve_claim(self, name: Any, held: set[str], deadline: float) -> str:
+        """Answer a build process's claim of extension ``name`` (``kb_<hash>``, not in the cache when it
+        looked): ``"ext_cached"`` when it is in the cache now (another process compiled it while this one
+        waited), else ``"ext_go"`` (compile it; the claim is held in ``held`` until its ``ext_done`` or the
+        job's end). A process holds one claim at a time, so no two wait for each other; the wait ends at
+        the job's ``deadline`` (``time.monotonic()`` seconds), after which it compiles without the claim."""
+        self._release_claims(held)  # a new claim drops an unfinished one: only a candidate forging messages gets here
+        if not isinstance(name, str) or not _EXT_NAME.fullmatch(name):
+            return "ext_go"
+        with self._ext_cond:
+            while name in self._ext_busy and (left := deadline - time.monotonic()) > 0:
+                self._ext_cond.wait(left)
+            if (self.cache_dir / name).is_dir():
+                self.stats["shared"] += 1
+                return "ext_cached"
+            if name not in self._ext_busy:
+                self._ext_busy.add(name)
+                held.add(name)
+            return "ext_go"
+
+    def _release_claims(self, held: set[str]) -> None:
+        """Drop the claims in ``held`` and wake the processes waiting for them."""
+        if not held:
+            return
+        with self._ext_cond:
+            self._ext_busy -= held
+            held.clear()
+            self._ext_cond.notify_all()
 
     def _sweep_stale_pch(self) -> None:
         """Remove half-built header folders (``pch/.<key>.<pid>.<ns>.tmp``) whose builder process is gone."""

@@ -584,12 +584,28 @@ class _Job:
         except Exception:
             pass
 
+    def _claim_extension(self, name: str) -> bool:
+        """Ask the build pool whether to compile extension ``name`` (``kb_<hash>``) or wait for another
+        build process compiling it: True to compile, False when it is in the cache now."""
+        _Job.send(self, {"event": "ext_claim", "name": name})
+        reply = self.chan.recv()
+        if reply.get("cmd") not in ("ext_go", "ext_cached"):
+            raise RuntimeError(f"harness protocol: expected an answer to the claim of {name}, got {str(reply)[:200]}")
+        return reply["cmd"] == "ext_go"
+
+    def _extension_done(self, name: str, so: str) -> None:
+        """Tell the build pool that the claimed compile of ``name`` ended (``so``: its binary, "" if it failed)."""
+        _Job.send(self, {"event": "ext_done", "name": name, "so": so})
+
     # -- phases --------------------------------------------------------------------------------
     def build(self) -> types.ModuleType | None:
         t0 = _perf_counter()
         build_dir = Path(self.job["build_dir"])
         cache = Path(self.job["build_cache"]) if self.job.get("build_cache") else None
-        install_build_hooks(build_dir, cache, self.record, pch=bool(self.job.get("pch")))
+        claims = bool(self.job.get("ext_claims"))  # the build pool's processes (BuildPool._serve_claim)
+        install_build_hooks(build_dir, cache, self.record, pch=bool(self.job.get("pch")),
+                            claim=self._claim_extension if claims else None,
+                            done=self._extension_done if claims else None)
         self.launches.install()
         if self.job.get("compile_notice"):  # (Triton's interpreter, on a CPU, compiles nothing: never called)
             self.compile_notices = _install_compile_notices()
