@@ -231,30 +231,96 @@ class BaselineRecord:
         return self.stats.value_ms
 
 
+_BACKENDS = ("sqlite", "postgresql")
+_URL_FORMS = "sqlite:///path/to/kbench.db (or just the file's path) or postgresql://user@host:5432/db"
+#: what to pip install for a database driver module that is missing (others: the module's own name)
+_DRIVER_PACKAGES = {"psycopg": "'kernelbench-harness[postgres]'", "psycopg2": "psycopg2-binary"}
+
+
 def normalize_db_url(url: str | None) -> str:
     """The SQLAlchemy URL for ``url``: None means :data:`DEFAULT_DB_URL`; a bare ``postgresql://``
     or ``postgres://`` gets the psycopg (v3) driver; a plain path means an SQLite file.
 
     Raises:
-        ConfigError: when ``url`` cannot be parsed.
+        ConfigError: when ``url`` cannot be parsed, names a back end other than SQLite or PostgreSQL
+            (``mysql://...``), or a driver SQLAlchemy does not know (``postgresql+nosuch://``).
     """
     if url is None or str(url).strip() == "":
         return DEFAULT_DB_URL
     url = str(url).strip()
     if "://" not in url:  # a file path
         return f"sqlite:///{url}"
-    if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith(("postgres://", "postgres+")):
+        url = "postgresql" + url[len("postgres") :]
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
     try:
-        make_url(url)
+        parsed = make_url(url)
     except ArgumentError as e:
+        raise ConfigError(f"cannot parse database URL {url!r}: {e}", fix=f"use {_URL_FORMS}") from None
+    safe = parsed.render_as_string(hide_password=True)
+    backend = parsed.get_backend_name()
+    if backend not in _BACKENDS:
         raise ConfigError(
-            f"cannot parse database URL {url!r}: {e}",
-            fix="use sqlite:///path/to/kbench.db or postgresql+psycopg://user@host/db",
+            f"unsupported database {backend!r} in {safe}: kbench stores its results in SQLite or PostgreSQL",
+            fix=f"pass --db as {_URL_FORMS}",
+        )
+    try:
+        parsed.get_dialect()  # an unknown driver name; a missing driver package is found when the engine is made
+    except NoSuchModuleError:
+        raise ConfigError(
+            f"unknown {backend} driver {parsed.get_driver_name()!r} in {safe}",
+            fix=f"pass --db as {_URL_FORMS} (the default driver)",
         ) from None
     return url
+
+
+def _sqlite_path(url: str) -> Path | None:
+    """The file behind an SQLite URL (None for other back ends, ``:memory:`` and ``file:`` URIs)."""
+    parsed = make_url(url)
+    db = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(db)
+
+
+def _foreign_file_error(safe_url: str, tables: Sequence[str]) -> StoreError:
+    return StoreError(
+        f"{safe_url} is not a kbench results database (it holds the table(s) "
+        f"{', '.join(tables[:5])}{' ...' if len(tables) > 5 else ''} and no kbench schema)",
+        fix="pass --db with the path of a kbench store, or of a new file",
+    )
+
+
+def _check_sqlite_file(path: Path, safe_url: str) -> None:
+    """Refuse an existing file that is another program's SQLite database, or no database at all.
+
+    The file is opened read-only, before any connection of the store's engine (which switches the
+    journal to WAL) can write to it.
+
+    Raises:
+        StoreError: the file cannot be read as an SQLite database, or holds tables but no kbench schema.
+    """
+    import sqlite3
+
+    if not path.is_file() or path.stat().st_size == 0:  # a new (or empty) file: the store creates its schema
+        return
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=_SQLITE_BUSY_MS / 1000)
+        try:
+            tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                            if not r[0].startswith("sqlite_"))
+            versioned = "alembic_version" in tables and conn.execute(
+                "SELECT count(*) FROM alembic_version").fetchone()[0] > 0
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as e:  # not a database, unreadable, locked past the timeout
+        raise StoreError(
+            f"cannot open the results database {safe_url}: {e}",
+            fix="pass --db with the path of a kbench store, or of a new file in a folder you can write",
+        ) from None
+    if tables and not versioned:
+        raise _foreign_file_error(safe_url, tables)
 
 
 def _alembic_config(url: str) -> Any:
@@ -290,11 +356,7 @@ def _upgrade(engine: Engine, url: str, safe_url: str, revision: str) -> None:
             if not current and engine.dialect.name == "sqlite":
                 others = sorted(inspect(conn).get_table_names())
                 if others:  # another program's SQLite file: kbench would write its tables into it
-                    raise StoreError(
-                        f"{safe_url} is not a kbench results database (it holds the table(s) "
-                        f"{', '.join(others[:5])}{' ...' if len(others) > 5 else ''} and no kbench schema)",
-                        fix="pass --db with the path of a kbench store, or of a new file",
-                    )
+                    raise _foreign_file_error(safe_url, others)
             unknown = current - known
             if unknown:
                 raise StoreError(
@@ -323,9 +385,13 @@ def upgrade_schema(url: str | None, revision: str = "head") -> None:
         StoreError: as :class:`Store`.
     """
     full = normalize_db_url(url)
+    safe_url = make_url(full).render_as_string(hide_password=True)
+    path = _sqlite_path(full)
+    if path is not None:
+        _check_sqlite_file(path, safe_url)
     engine = Store._make_engine(full)
     try:
-        _upgrade(engine, full, make_url(full).render_as_string(hide_password=True), revision)
+        _upgrade(engine, full, safe_url, revision)
     finally:
         engine.dispose()
 
@@ -448,9 +514,11 @@ class Store:
             commands such as ``kbench report``).
 
     Raises:
-        StoreError: the database cannot be reached or opened, or its schema revision is newer than
-            this kbench knows (the message names the fix).
-        PrerequisiteError: the PostgreSQL driver (psycopg) is not installed.
+        ConfigError: the URL is not an SQLite or PostgreSQL one (see :func:`normalize_db_url`).
+        StoreError: the database cannot be reached or opened, is another program's SQLite file (refused
+            before anything is written to it), or its schema revision is newer than this kbench knows
+            (the message names the fix).
+        PrerequisiteError: the URL's database driver (psycopg by default for PostgreSQL) is not installed.
 
     A store may be used from several threads; each call runs in its own session and transaction.
     On SQLite, writes take the database's write lock at the start of their transaction
@@ -460,34 +528,21 @@ class Store:
 
     def __init__(self, url: str | None = None, *, create: bool = True) -> None:
         self.url = normalize_db_url(url)
-        parsed = make_url(self.url)
-        self.dialect = parsed.get_backend_name()
-        if self.dialect == "sqlite":
-            db = parsed.database
-            if db and db != ":memory:" and not db.startswith("file:"):
-                path = Path(db)
-                if not path.exists() and not create:
-                    raise StoreError(
-                        f"no results database at {path}",
-                        fix="run `kbench run` first, or pass --db with the URL of your store",
-                    )
-                try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                except OSError as e:
-                    raise StoreError(f"cannot create the folder of the results database {path}: {e.strerror}",
-                                     fix="pass --db with a path in a folder you can write") from None
-        try:
-            self._engine = self._make_engine(self.url)
-        except NoSuchModuleError as e:
-            raise StoreError(
-                f"unsupported database URL {self.safe_url}: {e}",
-                fix="use sqlite:///... or postgresql+psycopg://...",
-            ) from None
-        except ModuleNotFoundError as e:
-            raise PrerequisiteError(
-                f"the database driver for {self.dialect} is not installed ({e.name})",
-                fix="pip install 'kernelbench-harness[postgres]'",
-            ) from None
+        self.dialect = make_url(self.url).get_backend_name()
+        path = _sqlite_path(self.url)
+        if path is not None:
+            if not path.exists() and not create:
+                raise StoreError(
+                    f"no results database at {path}",
+                    fix="run `kbench run` first, or pass --db with the URL of your store",
+                )
+            _check_sqlite_file(path, self.safe_url)  # before the engine's first connection writes to it
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"cannot create the folder of the results database {path}: {e.strerror}",
+                                 fix="pass --db with a path in a folder you can write") from None
+        self._engine = self._make_engine(self.url)
         try:
             self._migrate()
         except DatabaseError as e:  # OperationalError among them: unreachable, unwritable, not a database
@@ -515,7 +570,21 @@ class Store:
             kw["connect_args"] = {"timeout": _SQLITE_BUSY_MS / 1000, "check_same_thread": False}
         else:
             kw["pool_pre_ping"] = True
-        engine = create_engine(url, **kw)
+        try:
+            engine = create_engine(url, **kw)
+        except ModuleNotFoundError as e:  # the driver's package (the back end and driver name are known)
+            parsed = make_url(url)
+            backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+            if e.name in ("sqlite3", "_sqlite3"):
+                fix = f"use a Python built with its sqlite3 module, or pass --db as {_URL_FORMS}"
+            else:
+                fix = f"pip install {_DRIVER_PACKAGES.get(e.name or '', e.name)}"
+                if backend == "postgresql" and driver != "psycopg":
+                    fix += (f", or drop '+{driver}' from --db for kbench's default driver, psycopg "
+                            f"(pip install {_DRIVER_PACKAGES['psycopg']})")
+            raise PrerequisiteError(
+                f"the {backend} driver {driver!r} is not installed (no module named {e.name!r})", fix=fix,
+            ) from None
         if engine.dialect.name == "sqlite":
 
             @event.listens_for(engine, "connect")
