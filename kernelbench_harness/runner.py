@@ -307,15 +307,16 @@ def _check_environment() -> None:
 
     Raises:
         ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer; ``KBENCH_DEVSHARE``,
-            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_PCH``, ``KBENCH_SLIM_HEADERS``, ``KBENCH_START_OFF_HOLD`` or
-            ``KBENCH_COMPILE_OFF_HOLD`` is not an on/off switch;
+            ``KBENCH_MEMORY_LEDGER``, ``KBENCH_PCH``, ``KBENCH_SLIM_HEADERS``, ``KBENCH_START_OFF_HOLD``,
+            ``KBENCH_COMPILE_OFF_HOLD``, ``KBENCH_LANE_PRIORITY`` or ``KBENCH_LANE_EXCLUSIVE`` is not an on/off switch;
             ``KBENCH_SANDBOX_LAYERS`` names an unknown layer.
     """
     import torch
 
     from .execution import devshare
-    from .execution.device import (COMPILE_OFF_HOLD_ENV, LANE_PRIORITY_ENV, START_OFF_HOLD_ENV, ProblemContext,
-                                   compile_off_hold_enabled, lane_priority_enabled, start_off_hold_enabled)
+    from .execution.device import (COMPILE_OFF_HOLD_ENV, LANE_EXCLUSIVE_ENV, LANE_PRIORITY_ENV, START_OFF_HOLD_ENV,
+                                   ProblemContext, compile_off_hold_enabled, lane_exclusive_enabled,
+                                   lane_priority_enabled, start_off_hold_enabled)
 
     try:
         devshare.enabled()
@@ -330,6 +331,7 @@ def _check_environment() -> None:
                        (start_off_hold_enabled, f"set {START_OFF_HOLD_ENV}=0 or 1, or unset it (0)"),
                        (compile_off_hold_enabled, f"set {COMPILE_OFF_HOLD_ENV}=0 or 1, or unset it (1)"),
                        (lane_priority_enabled, f"set {LANE_PRIORITY_ENV}=0 or 1, or unset it (1)"),
+                       (lane_exclusive_enabled, f"set {LANE_EXCLUSIVE_ENV}=0 or 1, or unset it (0)"),
                        (sandbox.pinned_layers, "name the layers to try first from netns, landlock, caps, seccomp "
                                                "(e.g. KBENCH_SANDBOX_LAYERS=netns,caps), or unset it")):
         try:

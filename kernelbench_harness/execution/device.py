@@ -99,6 +99,28 @@ def lane_priority_enabled() -> bool:
     return env_switch(LANE_PRIORITY_ENV, default=True)
 
 
+LANE_EXCLUSIVE_ENV = "KBENCH_LANE_EXCLUSIVE"
+
+
+def lane_exclusive_enabled() -> bool:
+    """Whether ``KBENCH_LANE_EXCLUSIVE`` (with :func:`lane_priority_enabled`) also holds the other slots' untimed
+    device work back while the lane's large job computes: a slot whose job is not the lane's gives its shared
+    hold up at its next step (as for a queued window, :meth:`DeviceEvaluator._gpu_yield`) and takes it back once
+    the large job gives the device up (a stretch of host work, its own window, its end; each wait at most
+    :attr:`DeviceEvaluator.LANE_WAIT_MAX_S`); a job does not start its device work meanwhile either. The small
+    jobs then work while the large job is on the host. Unset: no. Off until measured: on one H200 (session 31)
+    large elementwise level-1 jobs took 4.98-5.40 s with nothing beside them and 8.4-12.2 s inside the six-slot
+    cached sweeps, whose wall is their chain; whether the sweep gains more than the small jobs lose is not
+    known. Changes nothing in what is measured: every window still has the device to itself.
+
+    Raises:
+        ValueError: a value other than an on/off switch (:func:`..envflags.env_switch`).
+    """
+    from ..envflags import env_switch
+
+    return env_switch(LANE_EXCLUSIVE_ENV, default=False)
+
+
 def compile_off_hold_enabled() -> bool:
     """Whether ``KBENCH_COMPILE_OFF_HOLD`` lets a timing window that another slot queued go on while this
     slot's candidate compiles a Triton kernel inside one of its correctness calls (the first call of a fresh
@@ -1447,6 +1469,9 @@ class DeviceEvaluator:
         #: the lane's job has the device while it computes (``KBENCH_LANE_PRIORITY``, on by default since two
         #: pairs of sweeps on an H200; see :func:`lane_priority_enabled`)
         self.lane_priority = lane_priority_enabled()
+        #: (with lane_priority) other slots' untimed device work waits while the lane's job computes too
+        #: (``KBENCH_LANE_EXCLUSIVE``, off by default until measured; see :func:`lane_exclusive_enabled`)
+        self.lane_exclusive = lane_exclusive_enabled()
         self._lane_job = False  # the current job is the lane's (a large problem) and lane_priority is on
         self._share_bufs: list[_devshare.SharedBuffer] = []
         self._share_out: _devshare.SharedBuffer | None = None
@@ -1572,6 +1597,11 @@ class DeviceEvaluator:
         """Whether another of the run's slots on this device has its lane job computing (its lane bit)."""
         return self._others_flagged(self.LANE_BIT)
 
+    def _lane_holds_device(self) -> bool:
+        """With ``lane_exclusive`` (and ``lane_priority``): whether another slot's lane job computes, so that this
+        slot's untimed device work waits (:func:`lane_exclusive_enabled`). Never for the lane's own job."""
+        return self.lane_exclusive and self.lane_priority and not self._lane_job and self._lane_busy()
+
     def _wait_lane(self) -> float:
         """With ``lane_priority``, before this slot's window is queued: wait while another slot's lane job
         computes (:meth:`_lane_busy`), at most :attr:`LANE_WAIT_MAX_S`. Returns the seconds waited (0.0 when
@@ -1604,6 +1634,10 @@ class DeviceEvaluator:
         if self._windows_queued():
             log.warning("a timing window of this run stayed queued for %.0f s; taking the device lock back",
                         self.QUEUE_WAIT_MAX_S)
+        if self._lane_holds_device():  # (lane_exclusive) another slot's large job computes: it goes on first
+            lane_end = min(end, time.monotonic() + self.LANE_WAIT_MAX_S)
+            while self._lane_holds_device() and time.monotonic() < lane_end:
+                time.sleep(0.002)
         lk.acquire(shared=True, timeout_s=None if deadline is None else max(0.0, deadline - time.monotonic()))
         self._set_lane(True)
 
@@ -1934,6 +1968,8 @@ class DeviceEvaluator:
             # (lane_priority) the lane's job computes with the device: other slots' windows wait to be queued
             self._lane_job = bool(job.large) and self.lane_priority
             self._set_lane(True)
+            # (lane_exclusive) another slot's large job computes: this job's device work starts after it
+            lane_start_wait = self._gpu_yield(None) if self._lane_holds_device() else 0.0
             try:
                 _device_peak(self.device, reset=True)
                 res = self._evaluate(job)
@@ -1960,6 +1996,8 @@ class DeviceEvaluator:
                 peak = _device_peak(self.device)
                 if peak is not None:  # the most this process's allocator held during the job, beside its claim
                     res = res.with_(extra={**res.extra, "trusted_device_peak_bytes": peak})
+                if lane_start_wait > 0:
+                    res = res.with_(phase_s={**res.phase_s, "lane_start_wait": round(lane_start_wait, 3)})
                 return res
             finally:
                 self._in_job = False
@@ -2501,7 +2539,7 @@ class DeviceEvaluator:
         try:
             # mid-step, a window must be seen queued: another acquirer passes through the turnstile for an
             # instant too (a shared hold taken back, another slot's look), so there it is looked at twice
-            queued = self._windows_queued()
+            queued = self._windows_queued() or self._lane_holds_device()
             if not queued and lk.contended():
                 if midstep:
                     time.sleep(0.002)

@@ -132,3 +132,106 @@ def test_a_window_cuts_into_the_lane_jobs_build_end_to_end(tmp_path: Path, monke
     finally:
         for ev in evs:
             ev.close()
+
+
+def _small_job(ev: DeviceEvaluator, steps: list[list[float]], n: int = 12, step_s: float = 0.05) -> None:
+    """A small job's untimed device work: steps with a yield point between them (as _run_candidate has)."""
+    with ev._gpu_work():
+        if ev._lane_holds_device():  # as evaluate() begins a job
+            ev._gpu_yield(None)
+        for _ in range(n):
+            t0 = time.time()
+            time.sleep(step_s)
+            steps.append([t0, time.time()])
+            ev._gpu_yield(None)
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_with_lane_exclusive_a_small_job_works_only_while_the_large_job_is_on_the_host(tmp_path: Path,
+                                                                                     exclusive: bool) -> None:
+    """KBENCH_LANE_EXCLUSIVE: another slot's untimed device work stops at its next step while the lane's large job
+    computes, and goes on while the large job is on the host (here its host stretch) and after its end. Without
+    the switch the two compute side by side, as before (session 31: large jobs twice as long beside small ones)."""
+    from .test_gpu_yield import _lane_job
+
+    key, flags, evs = _pair(tmp_path, True)
+    for ev in evs:
+        ev.lane_exclusive = exclusive
+    lane: list[list[float]] = []
+    host: list[list[float]] = []
+    small: list[list[float]] = []
+    try:
+        t = threading.Thread(target=_lane_job, args=(evs[0], lane, host))
+        t.start()
+        assert _wait_until(lambda: len(lane) >= 1)
+        _small_job(evs[1], small)
+        t.join(20)
+        assert not t.is_alive() and len(small) == 12 and len(lane) == 12
+        overlaps = [(s, g) for s in small for g in lane if s[0] < g[1] - 0.01 and g[0] < s[1] - 0.01]
+        if exclusive:
+            # only the step the small job was in when the large job came back from the host (it stops at its next)
+            assert len(overlaps) <= 1, overlaps
+            # the small job's first steps ran beside the large job's host work, not after the large job's end
+            assert small[1][0] < host[0][1], (small[:2], host)
+        else:
+            assert len(overlaps) >= 4, "without the switch the small job computes beside the large one"
+        assert flags == [0, 0]
+    finally:
+        for ev in evs:
+            ev.close()
+
+
+def test_a_job_starts_its_device_work_after_the_lanes_and_records_the_wait(tmp_path: Path, monkeypatch) -> None:
+    """A job that begins while another slot's lane job computes (lane_exclusive) waits before its own device work;
+    the wait is in its phase_s (lane_start_wait). The lane's own job never waits for itself."""
+    from kernelbench_harness.core import Outcome
+    from kernelbench_harness.execution.device import EvalResult
+
+    key, flags, evs = _pair(tmp_path, True)
+    evs[1].lane_exclusive = True
+    started: list[float] = []
+
+    def fake_evaluate(job):  # noqa: ANN001
+        started.append(time.time())
+        return EvalResult(Outcome.CORRECT)
+
+    monkeypatch.setattr(evs[1], "_evaluate", fake_evaluate)
+    monkeypatch.setattr(evs[1], "_give_memory_back", lambda **k: None)
+    released: list[float] = []
+
+    def lane() -> None:
+        with evs[0]._gpu_work():
+            evs[0]._lane_job = True
+            evs[0]._set_lane(True)
+            time.sleep(0.6)
+            released.append(time.time())
+            evs[0]._set_lane(False)
+            evs[0]._lane_job = False
+
+    class Job:
+        large = False
+
+    try:
+        t = threading.Thread(target=lane)
+        t.start()
+        assert _wait_until(lambda: flags[0] & DeviceEvaluator.LANE_BIT)
+        res = evs[1].evaluate(Job())
+        t.join(5)
+        assert started and released and started[0] >= released[0] - 0.01
+        assert 0.3 < res.phase_s["lane_start_wait"] < 5
+        assert flags == [0, 0]
+    finally:
+        for ev in evs:
+            ev.close()
+
+
+def test_lane_exclusive_is_off_unless_switched_on_and_a_bad_value_is_refused(monkeypatch):
+    from kernelbench_harness.execution.device import lane_exclusive_enabled
+
+    monkeypatch.delenv("KBENCH_LANE_EXCLUSIVE", raising=False)
+    assert lane_exclusive_enabled() is False
+    monkeypatch.setenv("KBENCH_LANE_EXCLUSIVE", "1")
+    assert lane_exclusive_enabled() is True
+    monkeypatch.setenv("KBENCH_LANE_EXCLUSIVE", "sometimes")
+    with pytest.raises(ValueError):
+        lane_exclusive_enabled()
