@@ -19,7 +19,7 @@ export PYTHONPATH=/tmp/site:$PWD
 [ -f results/sweep.db ] || { [ -f .gpu/sweep.db ] && cp .gpu/sweep.db results/sweep.db && chmod u+w results/sweep.db; }
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader
   python3 -c "import torch,triton,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)"
-  git log --oneline -1; nproc; echo "KBENCH_START_OFF_HOLD=${KBENCH_START_OFF_HOLD:-} KBENCH_COMPILE_OFF_HOLD=${KBENCH_COMPILE_OFF_HOLD:-} KBENCH_LANE_PRIORITY=${KBENCH_LANE_PRIORITY:-}"; } >> "$OUT/session.log" 2>&1
+  git log --oneline -1; nproc; echo "KBENCH_START_OFF_HOLD=${KBENCH_START_OFF_HOLD:-} KBENCH_COMPILE_OFF_HOLD=${KBENCH_COMPILE_OFF_HOLD:-} KBENCH_LANE_PRIORITY=${KBENCH_LANE_PRIORITY:-} KBENCH_LANE_EXCLUSIVE=${KBENCH_LANE_EXCLUSIVE:-}"; } >> "$OUT/session.log" 2>&1
 # every 20 s: who holds or waits for the device's host lock (/proc/locks); after 60 s with a waiter,
 # the holders' Python stacks (the warm-up pool registers SIGUSR1 with faulthandler) go to the run's log
 lockwatch() {
