@@ -221,6 +221,8 @@ def test_bad_options_raise_config_errors() -> None:
         BundledAdapter({"variant": "fortran"})
     with pytest.raises(ConfigError):
         BundledAdapter({"device": "tpu"})
+    with pytest.raises(ConfigError, match=r"no option\(s\) varient; it takes: device, variant"):
+        BundledAdapter({"varient": "cuda"})  # was ignored with a warning
 
 
 # ---------------------------------------------------------------- numerical checks (child processes)

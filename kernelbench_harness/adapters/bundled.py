@@ -145,10 +145,10 @@ class BundledAdapter(ModelAdapter):
 
     Args:
         options: ``{"variant": ..., "device": ...}`` as described in the module docstring; values may be
-            strings (from ``-O key=value``). Unknown keys are ignored with a warning.
+            strings (from ``-O key=value``).
 
     Raises:
-        ConfigError: an unknown ``variant`` or ``device``.
+        ConfigError: an unknown option (the message names the two it takes), ``variant`` or ``device``.
     """
 
     name = "bundled"
@@ -159,7 +159,10 @@ class BundledAdapter(ModelAdapter):
         opts = dict(options or {})
         unknown = sorted(set(opts) - _KNOWN_OPTIONS)
         if unknown:
-            log.warning("bundled adapter ignores option(s) %s (it takes: variant, device)", ", ".join(unknown))
+            raise ConfigError(f"the bundled adapter has no option(s) {', '.join(unknown)}; it takes: "
+                              f"{', '.join(sorted(_KNOWN_OPTIONS))}",
+                              fix=f"drop them, or use -O variant=<{'|'.join(VARIANT_CHOICES)}> "
+                                  "or -O device=cpu|cuda")
         self.variant = str(opts.get("variant") or "auto").strip().lower()
         if self.variant not in VARIANT_CHOICES:
             raise ConfigError(f"unknown bundled variant {self.variant!r}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import click
 from rich.console import Console
@@ -11,8 +12,8 @@ from rich.table import Table
 from ..core import LAUNCH_BOUND_US
 from ..problems import load_problems
 from ..protocols import PROTOCOL_NAMES, get_protocol
-from .common import (check_problems_source, ids_option, level_option, parse_levels, print_full, problems_option,
-                     unbounded)
+from .common import (FiniteFloatRange, check_problems_source, ids_option, level_option, parse_levels, print_full,
+                     problems_option, unbounded)
 
 
 @click.group("problems")
@@ -61,13 +62,16 @@ def list_cmd(problems: str | None, level: str | None, ids: str | None, as_json: 
               help="Skip problems whose forward inputs plus weights exceed N elements (e.g. 2e8); "
                    "recorded as skipped-size.")
 @click.option("--timeout", "timeout_s", default=300.0, show_default=True,
-              type=click.FloatRange(0, min_open=True),
+              type=FiniteFloatRange(0, min_open=True, hint="give seconds, e.g. --timeout 300"),
               help="Time limit per problem, seconds (recorded as skipped-time).")
-@click.option("--budget", "budget_s", default=None, type=click.FloatRange(0, min_open=True),
+@click.option("--budget", "budget_s", default=None,
+              type=FiniteFloatRange(0, min_open=True,
+                                    hint="give seconds, e.g. --budget 3600, or leave --budget out for no budget"),
               help="Time budget for the whole audit, seconds.")
 @click.option("--order", default="given", show_default=True, type=click.Choice(["given", "size"]),
               help="Audit order; size: smallest problems first.")
-@click.option("--launch-bound-us", default=LAUNCH_BOUND_US, show_default=True, type=click.FloatRange(0),
+@click.option("--launch-bound-us", default=LAUNCH_BOUND_US, show_default=True,
+              type=FiniteFloatRange(0, hint=f"give microseconds, e.g. --launch-bound-us {LAUNCH_BOUND_US:g}"),
               help="Eager time under which a problem is launch-bound (GPU only), microseconds.")
 @click.option("--threads", default=None, type=click.IntRange(1, 1024),
               help="CPU threads of the audit process (default: torch's; 1 is fastest on a busy small CPU).")
@@ -110,9 +114,13 @@ def audit_cmd(problems: str | None, level: str | None, ids: str | None, device: 
     limit: int | None = None
     if max_elements is not None:
         try:
-            limit = int(float(max_elements))
+            n = float(max_elements)
         except ValueError:
-            raise ConfigError(f"bad --max-elements {max_elements!r}", fix="give a number such as 2e8") from None
+            n = math.nan
+        if not (math.isfinite(n) and n >= 1):  # nan, inf, 0 and negatives would skip (or keep) every problem
+            raise ConfigError(f"bad --max-elements {max_elements!r}: it must be a positive, finite number",
+                              fix="give a number of elements such as 2e8, or leave --max-elements out for no limit")
+        limit = int(n)
     check_problems_source(problems)
     con = Console()
     env: dict[str, object] = {}

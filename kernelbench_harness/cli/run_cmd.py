@@ -25,10 +25,12 @@ from ..problems import load_problems, parse_id_ranges
 from ..protocols import COMPILE_MODES, PRECISIONS, PROTOCOL_NAMES, get_protocol
 from ..runner import PHASES, RunConfig, RunSummary, execute_run, measure_baselines_for
 from .common import (
+    FiniteFloatRange,
     check_problems_source,
     db_option,
     ids_option,
     level_option,
+    parse_gpus,
     parse_kv,
     parse_levels,
     print_full,
@@ -238,7 +240,8 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
               help=f"Extra torch.compile baseline modes, comma-separated ({', '.join(COMPILE_MODES)}).")
 @db_option
 @click.option("--gpus", default=None, metavar="LIST",
-              help="Device slots: GPU indices like 0,1 (default: every visible GPU, else the CPU), or cpu.")
+              help="Device slots: GPU indices like 0,1 (repeat one for more slots on it: 0,0), or cpu (cpu,cpu: two "
+                   "slots). Default: every visible GPU, else the CPU.")
 @click.option("--slots-per-gpu", default=1, show_default=True, type=click.IntRange(1, 16), metavar="N",
               help="Device slots per device of --gpus (local executor). Slots on one GPU overlap their untimed work (process "
                    "start, build, correctness) and take turns to time; each plans for 1/N of its memory. "
@@ -254,10 +257,11 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
                    "rest (default: 2 per GPU when the host has 6 or more cores per GPU; 0 = no pinning).")
 @click.option("--run-name", default=None, help="Name of the run in the store (default: generated).")
 @click.option("--resume", is_flag=True, help="Continue the run named by --run-name where it stopped.")
-@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=click.FloatRange(0, min_open=True),
+@click.option("--timeout", "timeout_s", default=300.0, show_default=True,
+              type=FiniteFloatRange(0, min_open=True, hint="give seconds, e.g. --timeout 300"),
               help="Seconds a candidate may run (after its build).")
 @click.option("--build-timeout", "build_timeout_s", default=900.0, show_default=True,
-              type=click.FloatRange(0, min_open=True),
+              type=FiniteFloatRange(0, min_open=True, hint="give seconds, e.g. --build-timeout 900"),
               help="Seconds a candidate's build may take.")
 @click.option("--build-workers", default=None, type=click.IntRange(1, 256),
               help="Concurrent candidate builds (default: CPUs - 1, at most 16).")
@@ -294,6 +298,7 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
     """
     if verbose:  # the group's -v, given after the subcommand
         logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO if verbose == 1 else logging.DEBUG))
+    gpus = parse_gpus(gpus)
     overrides: dict[str, Any] = parse_kv(protocol_options, "-P value", "placements=4")
     if compile_modes:
         modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
@@ -314,10 +319,15 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
                     timing_cpus=timing_cpus, timeout_s=timeout_s, build_timeout_s=build_timeout_s, build_workers=build_workers, start_method=start_method,
                     sandbox=not no_sandbox, executor=executor, ray_address=ray_address, seed=seed,
                     warm_workers=warm_workers)
-    if not resume:  # a resumed run takes its model from the store
-        from ..adapters.registry import get_adapter
+    from ..adapters.base import ModelAdapter
+    from ..adapters.bundled import BundledAdapter
+    from ..adapters.registry import get_adapter
 
-        get_adapter(cfg.model, options=cfg.model_options)  # unknown model, missing replay file, bad -O value
+    checked: ModelAdapter | None = None
+    if not resume:  # a resumed run takes its model from the store
+        checked = get_adapter(cfg.model, options=cfg.model_options)  # unknown model, missing replay file, bad -O
+        if isinstance(checked, BundledAdapter):  # the run builds its own, for the device slots' device
+            checked = None
     console = Console(stderr=False)
     gpu_only = sorted(k for k in overrides if k in ("placements", "hide_launch", "hide_launch_max_ms"))
     if gpu_only:
@@ -330,7 +340,9 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
     prog: Any = PlainProgress() if plain else RichProgress(console)
     explicit = frozenset(given_on_command_line(click.get_current_context()))
     with prog:
-        summary = asyncio.run(execute_run(cfg, progress=prog, resume=resume, explicit=explicit))
+        # the run uses the adapter checked above: a second one would log its warnings (a replay file's bad
+        # lines) again
+        summary = asyncio.run(execute_run(cfg, progress=prog, adapter=checked, resume=resume, explicit=explicit))
     _print_summary(console, summary, db)
     if report:
         try:
@@ -363,6 +375,7 @@ def baseline_cmd(problems: str | None, level: str | None, ids: str | None, proto
     A run reuses a stored baseline only when the problem source, hardware, software versions,
     protocol timing settings and precision all match exactly.
     """
+    gpus = parse_gpus(gpus)
     modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
     proto = get_protocol(protocol, precision, **{**parse_kv(protocol_options, "-P value", "placements=4"), "baseline_modes": modes})
     check_problems_source(problems)

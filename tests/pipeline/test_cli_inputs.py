@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from early import Early, in_child
 
 from kernelbench_harness.cli import cli
-from kernelbench_harness.cli.common import parse_levels
+from kernelbench_harness.cli.common import parse_gpus, parse_levels
 from kernelbench_harness.errors import ConfigError
 
 
@@ -38,6 +38,37 @@ def test_a_level_the_source_lacks_names_the_levels_it_has(tmp_path):
 def test_a_gpu_this_machine_lacks_creates_no_database(tmp_path):
     res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "--gpus", "7")
     assert res.exit_code != 0 and res.exception is not None
+    assert not (tmp_path / "k.db").exists()
+
+
+@pytest.mark.parametrize("gpus", [",", "0,,1", "0,", "-1", "a", "cpu,0", "1.5"])
+@pytest.mark.parametrize("command", ["run", "baseline"])
+def test_a_gpus_list_that_is_empty_or_garbage_names_the_valid_forms(tmp_path, command, gpus):
+    """`--gpus ,` and `--gpus 0,,1` were taken (on a GPU machine: no slot at all, or slots 0 and 1); `--gpus -1` and
+    `--gpus a` were refused only once the run had started, with a bare 'bad --gpus value'."""
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    res = CliRunner().invoke(cli, [command, "--db", db, "--level", "1", "--ids", "1", f"--gpus={gpus}"])
+    assert isinstance(res.exception, ConfigError), res.output
+    assert f"bad --gpus value {gpus!r}" in res.exception.message
+    assert "--gpus 0,1" in res.exception.fix and "--gpus cpu" in res.exception.fix
+    assert not (tmp_path / "k.db").exists()
+
+
+def test_valid_gpus_lists_pass_without_spaces():
+    assert parse_gpus(None) is None and parse_gpus("auto") == "auto"
+    assert parse_gpus(" 0, 1 ") == "0,1" and parse_gpus("0,0") == "0,0"
+    assert parse_gpus("cpu") == "cpu" and parse_gpus("CPU, cpu") == "cpu,cpu"
+    for bad in ("", " ", "²", "0,auto"):
+        with pytest.raises(ConfigError):
+            parse_gpus(bad)
+
+
+def test_unknown_bundled_options_are_refused_before_anything_is_stored(tmp_path):
+    """-O varient=cuda (a typo) was ignored with a log line: the run went on with the default variant."""
+    res, _ = _run(tmp_path, "-O", "varient=cuda", "--level", "1", "--ids", "1", "--gpus", "cpu")
+    assert isinstance(res.exception, ConfigError), res.output
+    assert "varient" in res.exception.message and "device, variant" in res.exception.message
+    assert "-O variant=" in res.exception.fix
     assert not (tmp_path / "k.db").exists()
 
 
@@ -485,6 +516,36 @@ def test_problems_audit_refuses_a_time_limit_that_is_not_positive(tmp_path, opti
     res = CliRunner().invoke(cli, ["problems", "audit", "--level", "1", "--ids", "1", option, "-5", "--out", str(out)])
     assert res.exit_code == 2 and option in res.output and "x>0" in res.output, res.output
     assert not out.exists() and not (tmp_path / "a.json.progress.jsonl").exists()
+
+
+@pytest.mark.parametrize("option", ["--timeout", "--budget", "--launch-bound-us"])
+@pytest.mark.parametrize("value", ["nan", "inf", "NaN", "1e400"])
+def test_problems_audit_refuses_limits_that_are_not_finite(tmp_path, option, value):
+    """`--timeout nan` came out skipped-time for every problem, `--launch-bound-us nan` flagged nothing, and
+    `--timeout inf` ended in an OverflowError traceback."""
+    out = tmp_path / "a.json"
+    res = CliRunner().invoke(cli, ["problems", "audit", "--level", "1", "--ids", "1", option, value, "--out", str(out)])
+    assert res.exit_code == 2 and option in res.output and "not a finite number" in res.output, res.output
+    assert not out.exists() and not (tmp_path / "a.json.progress.jsonl").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-5", "0", "lots"])
+def test_problems_audit_refuses_a_max_elements_that_is_not_a_positive_number(tmp_path, value):
+    """`--max-elements inf` was an OverflowError traceback, and `--max-elements -5` skipped every problem."""
+    out = tmp_path / "a.json"
+    res = CliRunner().invoke(cli, ["problems", "audit", "--level", "1", "--ids", "1", "--max-elements", value,
+                                   "--out", str(out)])
+    assert isinstance(res.exception, ConfigError), res.output
+    assert f"bad --max-elements {value!r}" in res.exception.message and "2e8" in res.exception.fix
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--timeout", "--build-timeout"])
+def test_run_refuses_time_limits_that_are_not_finite(tmp_path, option):
+    for value in ("nan", "inf"):
+        res, _ = _run(tmp_path, "--level", "1", "--ids", "1", "--gpus", "cpu", option, value)
+        assert res.exit_code == 2 and option in res.output and "not a finite number" in res.output, res.output
+    assert not (tmp_path / "k.db").exists()
 
 
 def test_a_problem_whose_reference_fails_is_scored_apart_not_held_against_the_candidate(tmp_path):
