@@ -15,12 +15,15 @@ built-in defaults apply. Example::
     output_per_mtok = 10.0
     cached_input_per_mtok = 0.125                     # optional; input price otherwise
 
-    [providers.openai]                                # openai, anthropic, google, local
+    [providers.openai]                                # openai, anthropic, google or local
     base_url = "https://my-proxy.example/v1"
     api_key_env = "MY_OPENAI_KEY"
     max_concurrency = 4
 
-Other top-level tables are kept in :attr:`KbenchConfig.extra` for other parts of kbench.
+README.md shows the same example (section "Configuration: kbench.toml"). A ``[providers.<name>]`` table
+must name a built-in provider or an installed adapter entry point (for adapters that read it); any
+other name is refused with the list of known ones. Other top-level tables are kept in
+:attr:`KbenchConfig.extra` for other parts of kbench.
 """
 
 from __future__ import annotations
@@ -197,7 +200,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> KbenchConfig:
 
 def _from_dict(data: dict[str, Any], where: str) -> KbenchConfig:
     def bad(key: str, what: str) -> ConfigError:
-        return ConfigError(f"{where}: {key}: {what}", fix="see the example in kbench's docs (kbench.toml)")
+        return ConfigError(f"{where}: {key}: {what}", fix=_EXAMPLE_FIX)
 
     aliases = builtin_aliases()
     for name, val in _table(data, "aliases", where).items():
@@ -227,6 +230,11 @@ def _from_dict(data: dict[str, Any], where: str) -> KbenchConfig:
 
     providers: dict[str, ProviderSettings] = {}
     for name, val in _table(data, "providers", where).items():
+        known = _provider_names(name)
+        if name not in known:
+            raise ConfigError(f"{where}: [providers.{name}]: no provider is named {name!r} (known: "
+                              f"{', '.join(known)})", fix=f"rename the table to one of them, or remove it; "
+                                                         f"{_EXAMPLE_FIX}")
         if not isinstance(val, dict):
             raise bad(f"providers.{name}", "must be a table")
         unknown = set(val) - {"base_url", "api_key_env", "max_concurrency"}
@@ -244,6 +252,18 @@ def _from_dict(data: dict[str, Any], where: str) -> KbenchConfig:
     extra = {k: v for k, v in data.items() if k not in ("aliases", "prices", "providers")}
     return KbenchConfig(MappingProxyType(aliases), MappingProxyType(prices), MappingProxyType(providers),
                         where, MappingProxyType(extra))
+
+
+_EXAMPLE_FIX = "see the kbench.toml example in README.md (section \"Configuration: kbench.toml\")"
+
+
+def _provider_names(name: str) -> list[str]:
+    """The names a ``[providers.<name>]`` table may take: the built-in providers, and the adapter entry
+    points when ``name`` is none of those (read only then: reading them takes a while)."""
+    from .adapters.registry import PROVIDERS, _entry_points  # the adapters import this module
+
+    names = list(PROVIDERS)
+    return names if name in names else names + sorted(set(_entry_points()) - set(names))
 
 
 def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:

@@ -187,8 +187,30 @@ def test_bad_toml_names_file_and_line(tmp_path):
     bad.write_text('[providers.openai]\nmax_concurency = 3\n')
     with pytest.raises(ConfigError, match="unknown keys"):
         load_config(bad)
+    bad.write_text('[providers.openia]\nbase_url = "http://proxy:1/v1"\n')  # was taken and never used
+    with pytest.raises(ConfigError, match=r"\[providers\.openia\]: no provider is named 'openia' "
+                                          r"\(known: openai, anthropic, google, local\)"):
+        load_config(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_the_readme_example_that_config_errors_point_to_loads(tmp_path, monkeypatch):
+    """kbench.toml errors said "see the example in kbench's docs", and no doc had one."""
+    from pathlib import Path
+
+    bad = tmp_path / "kbench.toml"
+    bad.write_text('[providers]\nopenai = 3\n')
+    with pytest.raises(ConfigError) as ei:
+        load_config(bad)
+    assert 'README.md (section "Configuration: kbench.toml")' in ei.value.fix
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Configuration: kbench.toml", 1)[1]
+    bad.write_text(section.split("```toml\n", 1)[1].split("```", 1)[0])
+    monkeypatch.setattr(registry, "_entry_points", dict)
+    cfg = load_config(bad)
+    assert cfg.aliases["big-policy"].spec == "local/qwen-kernel-rl-32b" and cfg.provider("openai").max_concurrency == 4
+    assert cfg.price_for("openai/gpt-5").cached_input_per_mtok == 0.125
 
 
 def test_provider_settings_from_config(monkeypatch, tmp_path):
