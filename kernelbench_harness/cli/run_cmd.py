@@ -319,10 +319,15 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
                     timing_cpus=timing_cpus, timeout_s=timeout_s, build_timeout_s=build_timeout_s, build_workers=build_workers, start_method=start_method,
                     sandbox=not no_sandbox, executor=executor, ray_address=ray_address, seed=seed,
                     warm_workers=warm_workers)
-    if not resume:  # a resumed run takes its model from the store
-        from ..adapters.registry import get_adapter
+    from ..adapters.base import ModelAdapter
+    from ..adapters.bundled import BundledAdapter
+    from ..adapters.registry import get_adapter
 
-        get_adapter(cfg.model, options=cfg.model_options)  # unknown model, missing replay file, bad -O value
+    checked: ModelAdapter | None = None
+    if not resume:  # a resumed run takes its model from the store
+        checked = get_adapter(cfg.model, options=cfg.model_options)  # unknown model, missing replay file, bad -O
+        if isinstance(checked, BundledAdapter):  # the run builds its own, for the device slots' device
+            checked = None
     console = Console(stderr=False)
     gpu_only = sorted(k for k in overrides if k in ("placements", "hide_launch", "hide_launch_max_ms"))
     if gpu_only:
@@ -335,7 +340,9 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
     prog: Any = PlainProgress() if plain else RichProgress(console)
     explicit = frozenset(given_on_command_line(click.get_current_context()))
     with prog:
-        summary = asyncio.run(execute_run(cfg, progress=prog, resume=resume, explicit=explicit))
+        # the run uses the adapter checked above: a second one would log its warnings (a replay file's bad
+        # lines) again
+        summary = asyncio.run(execute_run(cfg, progress=prog, adapter=checked, resume=resume, explicit=explicit))
     _print_summary(console, summary, db)
     if report:
         try:

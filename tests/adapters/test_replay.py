@@ -6,6 +6,8 @@ import asyncio
 import json
 import logging
 import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -113,3 +115,22 @@ def test_a_negative_sample_id_or_a_model_that_is_not_a_name_skips_the_line(tmp_p
     assert [(g.line_no, g.model, g.sample_id) for g in a.generations] == [(4, "7", 0), (5, "g", 1)]
     warned = {int(r.getMessage().split(":")[1]) for r in caplog.records if "line skipped" in r.getMessage()}
     assert warned == {1, 2, 3}
+
+
+def test_the_cli_prints_each_warning_about_the_file_once(tmp_path):
+    """`kbench run --model replay:FILE` printed each skipped line's warning twice: the CLI built an adapter to
+    check --model and the run built a second one, and each read the file. Counted in what the CLI prints; the run
+    ends at planning (no line answers a problem the source holds), which comes after the run has its adapter."""
+    gens = tmp_path / "gens.jsonl"
+    gens.write_text("\n".join(["not json",                                                 # 1: bad
+                               json.dumps({"level": 1, "problem_id": 99, "code": "y"}),   # 2: not in the source
+                               json.dumps({"level": 1})]) + "\n")                         # 3: bad
+    p = subprocess.run([sys.executable, "-m", "kernelbench_harness", "run", "--model", f"replay:{gens}",
+                        "--gpus", "cpu", "--db", f"sqlite:///{tmp_path / 'k.db'}", "--display", "plain",
+                        "--no-report", "--level", "1", "--ids", "1,99"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "nothing to evaluate" in out, out[-3000:]
+    assert out.count("gens.jsonl:1: not JSON") == 1, out
+    assert out.count("gens.jsonl:3: missing problem_id, code; line skipped") == 1, out
+    assert out.count("L1/99 (line 2)") == 1, out

@@ -125,14 +125,14 @@ def test_resume_names_the_settings_it_ignores(tmp_path, monkeypatch):
 
     seen = {}
 
-    async def fake_execute_run(cfg, progress=None, resume=False, explicit=frozenset()):
-        seen.update(explicit=explicit, resume=resume)
+    async def fake_execute_run(cfg, progress=None, adapter=None, resume=False, explicit=frozenset()):
+        seen.update(explicit=explicit, resume=resume, adapter=adapter)
         raise SystemExit(0)
 
     monkeypatch.setattr(run_cmd, "execute_run", fake_execute_run)
     CliRunner().invoke(cli, ["run", "--run-name", "r", "--resume", "--level", "2", "--samples", "3", "-M", "t=1",
                              "--display", "plain", "--db", f"sqlite:///{tmp_path / 'k.db'}"])
-    assert seen == {"explicit": frozenset({"levels", "samples", "params"}), "resume": True}
+    assert seen == {"explicit": frozenset({"levels", "samples", "params"}), "resume": True, "adapter": None}
 
 
 def test_a_bad_reference_budget_is_refused_before_anything_is_stored(tmp_path, monkeypatch):
