@@ -388,6 +388,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     from .execution.build import target_arch_list, with_no_gpu_hint
     from .execution.builder import BuildPool, needs_build
     from .store import Store
+    from .store.liveness import Heartbeat
 
     from .execution.sandbox import make_undumpable
 
@@ -407,6 +408,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             if found is None and resume:
                 raise StoreError(f"no run named {c.run_name!r} to resume in {st.safe_url}",
                                  fix="check `kbench runs list`, or drop --resume to start a new run")
+            if found is not None:  # refused while its runner still runs (claimed below, once there is work)
+                st.claim_run(found.run_name, check_only=True)
         except BaseException:
             st.close()
             raise
@@ -415,6 +418,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     # A new run checks its problems and model before the store is opened, so bad input creates no
     # database file; a resumed run needs the store first (its settings are stored there).
     store, stored = open_store(cfg) if resume else (None, None)
+    heartbeat: Heartbeat | None = None  # this process's heartbeat for the run, from when it runs it
     try:
         if stored is not None:
             saved = RunConfig.from_dict(stored.config.get("run_config", {}))
@@ -457,15 +461,45 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             problems = list(ps.problems)
         ad = adapter or get_adapter(cfg.model, options=cfg.model_options)
         ad.check_ready()
+        plan_dev: str | None = None  # the slots' device type where it is known before they start
         if cfg.executor == "local":
             from .executors.local import resolve_devices
 
-            resolve_devices(cfg.gpus)  # no such GPU: an error before the store exists
+            devices = resolve_devices(cfg.gpus)  # no such GPU: an error before the store exists
+            plan_dev = "cuda" if any(d.startswith("cuda") for d in devices) else "cpu"
         # one folder of prebuilt extensions, written by the build pool and read by every device slot (an
         # unusable one is an error before the store exists)
         build_cache = extension_cache_dir(cfg)
         if store is None:
             store, stored = open_store(cfg)
+
+        def plan(ad: ModelAdapter) -> tuple[tuple[str, ...], dict[tuple[int, int, str, int], int],
+                                            list[tuple[SampleSpec, int]], int]:
+            """The samples to evaluate: (unanswered problems, replace_from, todo, samples already done)."""
+            return _plan_samples(ad, problems, cfg, ps.source, store, run_name if stored is not None else None, prog)
+
+        # the bundled adapter plans for the slots' device (its CUDA solutions on a GPU only)
+        device_planned = adapter is None and "device" not in cfg.model_options and cfg.model == "bundled"
+        planned_early = plan_dev is not None or not device_planned
+        if planned_early:  # what there is to evaluate is known before any device worker starts
+            if device_planned:
+                ad = get_adapter(cfg.model, options={**cfg.model_options, "device": plan_dev})
+            unanswered, replace_from, todo, skipped = plan(ad)
+            if stored is not None and not todo:
+                finish = stored.status != "finished"
+                prog.note(f"nothing to evaluate: the {skipped} sample(s) of run {run_name} are complete"
+                          + ("; it is marked finished" if finish else ""))
+                if finish:
+                    store.claim_run(run_name)  # refused if another runner took it meanwhile
+                    store.set_run_status(run_name, "finished")
+                store.close()
+                return RunSummary(run_name=run_name, db_url=store.safe_url, outcomes={}, evaluated=0,
+                                  skipped_done=skipped, wall_s=time.perf_counter() - t_run, phase_s={},
+                                  problem_issues=tuple(f"{i.path}: {i.reason}" for i in ps.issues),
+                                  unanswered=unanswered)
+        if stored is not None:  # this process runs it now: a second --resume is refused until it ends
+            store.claim_run(run_name)
+            heartbeat = Heartbeat(store, run_name)
     except BaseException:
         if store is not None:
             store.close()
@@ -484,6 +518,10 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     except BaseException:
         if sizing is not None:
             sizing.stop()
+        if heartbeat is not None:
+            heartbeat.stop()
+            with contextlib.suppress(Exception):
+                store.set_run_status(run_name, "interrupted")
         store.close()
         raise
     pool: BuildPool | None = None
@@ -496,37 +534,22 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         fp = executor.fingerprint()
         startup_s["executor"] = round(time.perf_counter() - t_exec0, 3)  # device slots started, sandbox probed
         devtype = "cuda" if str(fp.get("device_type")) == "cuda" else "cpu"
-        if adapter is None and "device" not in cfg.model_options and cfg.model == "bundled":
-            ad = get_adapter(cfg.model, options={**cfg.model_options, "device": devtype})
-        specs = ad.plan(problems, cfg.samples)
-        answered = {(sp.problem.level, sp.problem.problem_id) for sp in specs}
-        unanswered = tuple(p.key for p in problems if (p.level, p.problem_id) not in answered)
-        stray = _stray_generations(ad, problems, cfg)
-        if stray:
-            prog.note(f"{len(stray)} line(s) of {cfg.model} name problems that {ps.source} does not hold and "
-                      "are not evaluated (check --problems): " + ", ".join(stray[:10])
-                      + (" ..." if len(stray) > 10 else ""))
-        if unanswered and specs:
-            prog.note(f"{len(unanswered)} of the {len(problems)} selected problem(s) have no sample from "
-                      f"{cfg.model} and count as not solved: {', '.join(unanswered[:10])}"
-                      + (" ..." if len(unanswered) > 10 else ""))
-        if not specs:
-            raise ConfigError(
-                f"model {cfg.model!r} has no sample for any of the {len(problems)} selected problem(s); "
-                "nothing to evaluate",
-                fix="for replay: match the file's level and problem_id to --problems/--level/--ids (lines "
-                    "without code are skipped, with a warning each); for bundled: pick a variant that has "
-                    "solutions for these problems (-O variant=all)")
+        if not planned_early or (device_planned and devtype != plan_dev):
+            if device_planned:
+                ad = get_adapter(cfg.model, options={**cfg.model_options, "device": devtype})
+            unanswered, replace_from, todo, skipped = plan(ad)
         if stored is None:
             store.create_run(run_name, model=cfg.model, protocol=protocol.to_dict(),
                              config={"run_config": cfg.to_dict(), "run_seed": seed, "problems_source": ps.source,
                                      "startup_s": startup_s,
                                      "problem_issues": [f"{i.path}: {i.reason}" for i in ps.issues]},
                              hardware=fp, problems=problems)
-        else:
-            store.set_run_status(run_name, "running")
+            heartbeat = Heartbeat(store, run_name)
         if generated_name:  # say it while the run can still be cut
             prog.note(f"run {run_name}; if it stops, continue it with: {resume_command(run_name, cfg.db)}")
+        if skipped:
+            prog.note(f"resuming {run_name}: {skipped} sample(s) already complete")
+        total_turns = cfg.turns if ad.is_llm else 1
         baselines = _Baselines(store, fp, protocol)
         modes = baseline_modes(protocol)
         arch = target_arch_list(fp.get("compute_capability"))
@@ -536,36 +559,6 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         pool = BuildPool(build_cache, workers=cfg.build_workers or min(16, max(1, ncpu - 1)),
                          arch_list=arch, timeout_s=cfg.build_timeout_s, start_method=cfg.start_method,
                          sandbox=cfg.sandbox)
-        # on resume, turns of this run's planned samples that failed for a reason not the candidate's (the
-        # provider's request, a harness error) are evaluated again, with the turns after them. Nothing is
-        # deleted now: the new turn replaces them when it is stored (record_attempt's replace_from_turn, one
-        # transaction), so a run cut again loses nothing, and the new verdict keeps the old ones
-        planned = {(sp.problem.level, sp.problem.problem_id, sp.model, sp.sample_id) for sp in specs}
-        replace_from: dict[tuple[int, int, str, int], int] = {}
-        for (lv, pid, m, sid, t) in (store.retryable_attempts(run_name) if stored is not None else {}):
-            k = (lv, pid, m, sid)
-            if k in planned:
-                replace_from[k] = min(t, replace_from.get(k, t))
-        if replace_from:
-            prog.note(f"resuming {run_name}: {len(replace_from)} sample(s) with a generation or harness error "
-                      "are evaluated again")
-        done = store.done_attempts(run_name)
-        total_turns = cfg.turns if ad.is_llm else 1
-        todo: list[tuple[SampleSpec, int]] = []
-        skipped = 0
-        for spec in specs:
-            p = spec.problem
-            turns_done = sorted(t for (lv, pid, m, s, t) in done
-                                if lv == p.level and pid == p.problem_id and m == spec.model and s == spec.sample_id)
-            redo = replace_from.get((p.level, p.problem_id, spec.model, spec.sample_id))
-            if redo is not None:
-                turns_done = [t for t in turns_done if t < redo]
-            if len(turns_done) >= total_turns:
-                skipped += 1
-                continue
-            todo.append((spec, len(turns_done)))
-        if skipped:
-            prog.note(f"resuming {run_name}: {skipped} sample(s) already complete")
         prog.total("generate", len(todo) * total_turns if ad.is_llm else len(todo))
         prog.total("build", 0)
         prog.total("verify", len(todo) * total_turns)
@@ -792,6 +785,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             try:
                 await executor.close()
             finally:
+                if heartbeat is not None:
+                    heartbeat.stop()
                 store.close()
 
 
@@ -932,6 +927,71 @@ def _start_sizing(cfg: RunConfig, problems: list[Problem], cache: Path | None = 
         return Sizing({p.key: p.code for p in problems}, cache=cache)
     except Exception:  # noqa: BLE001 - sizing only orders the run (a full /tmp, say): sized later or not at all
         return None
+
+
+def _plan_samples(ad: ModelAdapter, problems: list[Problem], cfg: RunConfig, source: str, store: Any,
+                  run_name: str | None, prog: Progress) -> tuple[tuple[str, ...], dict[tuple[int, int, str, int], int],
+                                                                 list[tuple[SampleSpec, int]], int]:
+    """What a run evaluates: the adapter's samples for ``problems``, less the turns a resumed run
+    (``run_name``; None for a new run) has stored already.
+
+    On resume, turns of this run's planned samples that failed for a reason not the candidate's (the provider's
+    request, a harness error) are evaluated again, with the turns after them. Nothing is deleted here: the new
+    turn replaces them when it is stored (record_attempt's replace_from_turn, one transaction), so a run cut
+    again loses nothing, and the new verdict keeps the old ones.
+
+    Returns:
+        ``(unanswered, replace_from, todo, skipped)``: the keys of the problems without a sample;
+        (level, problem_id, model, sample_id) -> the first turn to evaluate again; each sample to evaluate with
+        its first turn to run; how many samples are complete.
+
+    Raises:
+        ConfigError: the adapter has no sample for any of the problems (nothing to evaluate).
+    """
+    specs = ad.plan(problems, cfg.samples)
+    answered = {(sp.problem.level, sp.problem.problem_id) for sp in specs}
+    unanswered = tuple(p.key for p in problems if (p.level, p.problem_id) not in answered)
+    stray = _stray_generations(ad, problems, cfg)
+    if stray:
+        prog.note(f"{len(stray)} line(s) of {cfg.model} name problems that {source} does not hold and "
+                  "are not evaluated (check --problems): " + ", ".join(stray[:10])
+                  + (" ..." if len(stray) > 10 else ""))
+    if unanswered and specs:
+        prog.note(f"{len(unanswered)} of the {len(problems)} selected problem(s) have no sample from "
+                  f"{cfg.model} and count as not solved: {', '.join(unanswered[:10])}"
+                  + (" ..." if len(unanswered) > 10 else ""))
+    if not specs:
+        raise ConfigError(
+            f"model {cfg.model!r} has no sample for any of the {len(problems)} selected problem(s); "
+            "nothing to evaluate",
+            fix="for replay: match the file's level and problem_id to --problems/--level/--ids (lines "
+                "without code are skipped, with a warning each); for bundled: pick a variant that has "
+                "solutions for these problems (-O variant=all)")
+    planned = {(sp.problem.level, sp.problem.problem_id, sp.model, sp.sample_id) for sp in specs}
+    replace_from: dict[tuple[int, int, str, int], int] = {}
+    for (lv, pid, m, sid, t) in (store.retryable_attempts(run_name) if run_name is not None else {}):
+        k = (lv, pid, m, sid)
+        if k in planned:
+            replace_from[k] = min(t, replace_from.get(k, t))
+    if replace_from:
+        prog.note(f"resuming {run_name}: {len(replace_from)} sample(s) with a generation or harness error "
+                  "are evaluated again")
+    done = store.done_attempts(run_name) if run_name is not None else set()
+    total_turns = cfg.turns if ad.is_llm else 1
+    todo: list[tuple[SampleSpec, int]] = []
+    skipped = 0
+    for spec in specs:
+        p = spec.problem
+        turns_done = sorted(t for (lv, pid, m, s, t) in done
+                            if lv == p.level and pid == p.problem_id and m == spec.model and s == spec.sample_id)
+        redo = replace_from.get((p.level, p.problem_id, spec.model, spec.sample_id))
+        if redo is not None:
+            turns_done = [t for t in turns_done if t < redo]
+        if len(turns_done) >= total_turns:
+            skipped += 1
+            continue
+        todo.append((spec, len(turns_done)))
+    return unanswered, replace_from, todo, skipped
 
 
 def _stray_generations(adapter: Any, problems: list[Problem], cfg: RunConfig) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,13 @@ def runs_list_cmd(db: str | None) -> None:
     console = Console()
     if runs:
         print_full(console, table)
+        for r in runs:  # who runs each running run, and why one stored as running reads as interrupted
+            if r.status_note:
+                line = f"{r.run_name}: {r.status}, {r.status_note}"
+                if r.status == "interrupted":
+                    line += f"; continue it with: kbench run --run-name {shlex.quote(r.run_name)} --resume" + (
+                        f" --db {shlex.quote(db)}" if db else "")
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
     else:
         console.print("no runs yet: start one with `kbench run`")
 

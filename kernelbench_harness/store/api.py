@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from ..core import Candidate, EvalResult, Outcome, Problem, TimingStats
 from ..errors import ConfigError, PrerequisiteError, StoreError
 from . import _jsonsafe
+from .liveness import STALE_AFTER_S, RunnerState, current_runner, format_duration, judge_runner
 from .models import (
     AttemptRow,
     BaselineRow,
@@ -118,7 +119,8 @@ _BASELINE_FILTERS = (
 
 
 class RunStatus(StrEnum):
-    """Life cycle of a run."""
+    """Life cycle of a run. A run stored as ``running`` whose runner is gone reads as ``interrupted``
+    (:mod:`.liveness`)."""
 
     RUNNING = "running"
     FINISHED = "finished"
@@ -142,6 +144,12 @@ class RunInfo:
         protocol_name, precision: from ``protocol``.
         protocol_fingerprint, hardware_fingerprint: short hashes used to group results.
         kbench_version: the kbench version that created the run.
+        status_note: why a run reads as it does where the stored status alone does not say: a run stored as
+            ``running`` whose runner is gone reads as ``interrupted``, with e.g. ``"runner gone: pid 812 on
+            this host (h) no longer runs (killed or crashed)"``; a live one has ``"runner: pid 812 on ..."``.
+        runner_host, runner_pid: the process that runs (or last ran) the run ("" and None before kbench
+            recorded it).
+        heartbeat_at: the runner's last heartbeat (UTC), or None.
     """
 
     run_name: str
@@ -158,6 +166,10 @@ class RunInfo:
     protocol_fingerprint: str = ""
     hardware_fingerprint: str = ""
     kbench_version: str = ""
+    status_note: str = ""
+    runner_host: str = ""
+    runner_pid: int | None = None
+    heartbeat_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +410,16 @@ def upgrade_schema(url: str | None, revision: str = "head") -> None:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _db_now(s: Session) -> datetime:
+    """The database's clock on PostgreSQL (every host that shares the store reads the one clock, so a
+    heartbeat's age does not depend on how far apart the hosts' clocks are), this machine's on SQLite."""
+    if s.get_bind().dialect.name == "postgresql":
+        from sqlalchemy import func
+
+        return _aware(s.scalar(select(func.now()))) or _now()
+    return _now()
 
 
 def _aware(ts: datetime | None) -> datetime | None:
@@ -721,6 +743,7 @@ class Store:
                     hardware=dict(hardware),
                     kbench_version=__version__,
                 )
+                self._set_runner(s, run)
                 s.add(run)
                 s.flush()
                 pks = self._problem_pks(s, problems)
@@ -744,16 +767,33 @@ class Store:
         except IntegrityError:  # a concurrent create_run with the same name won
             raise exists from None
 
-    def _info(self, s: Session, row: RunRow) -> RunInfo:
+    @staticmethod
+    def _set_runner(s: Session, run: RunRow) -> None:
+        """Record this process as the run's runner, with a first heartbeat."""
+        me = current_runner()
+        run.runner_host, run.runner_pid, run.runner_start = me.host, me.pid, me.start
+        run.heartbeat_at = _db_now(s)
+
+    @staticmethod
+    def _judge(row: RunRow, now: datetime) -> RunnerState:
+        return judge_runner(row.runner_host, row.runner_pid, row.runner_start, _aware(row.heartbeat_at), now)
+
+    def _info(self, s: Session, row: RunRow, now: datetime | None = None) -> RunInfo:
         from sqlalchemy import func
 
         count = s.scalar(
             select(func.count()).select_from(RunProblemRow).where(RunProblemRow.run_id == row.id)
         )
+        status, note = row.status, ""
+        if row.status == RunStatus.RUNNING.value:
+            state = self._judge(row, now or _db_now(s))
+            note = state.note
+            if not state.alive:
+                status = RunStatus.INTERRUPTED.value
         return RunInfo(
             run_name=row.run_name,
             model=row.model,
-            status=row.status,
+            status=status,
             created_at=_aware(row.created_at),  # type: ignore[arg-type]
             finished_at=_aware(row.finished_at),
             protocol=dict(row.protocol or {}),
@@ -765,19 +805,25 @@ class Store:
             protocol_fingerprint=row.protocol_fingerprint,
             hardware_fingerprint=row.hardware_fingerprint,
             kbench_version=row.kbench_version,
+            status_note=note,
+            runner_host=row.runner_host or "",
+            runner_pid=row.runner_pid,
+            heartbeat_at=_aware(row.heartbeat_at),
         )
 
     def get_run(self, run_name: str) -> RunInfo | None:
-        """The run named ``run_name``, or None."""
+        """The run named ``run_name``, or None. A run stored as ``running`` whose runner is gone reads as
+        ``interrupted`` (``status_note`` says why)."""
         with self._read() as s:
             row = s.scalars(select(RunRow).where(RunRow.run_name == run_name)).one_or_none()
             return None if row is None else self._info(s, row)
 
     def list_runs(self) -> list[RunInfo]:
-        """Every run, oldest first."""
+        """Every run, oldest first (statuses as :meth:`get_run` reads them)."""
         with self._read() as s:
             rows = s.scalars(select(RunRow).order_by(RunRow.created_at, RunRow.id)).all()
-            return [self._info(s, r) for r in rows]
+            now = _db_now(s)
+            return [self._info(s, r, now) for r in rows]
 
     def run_problems(self, run_name: str) -> list[Problem]:
         """The run's scope (``fast_p``'s denominator), sorted by level, problem_id.
@@ -841,7 +887,8 @@ class Store:
         """Set a run's status (``running | finished | interrupted | failed``).
 
         ``finished`` sets ``finished_at``; ``hardware``, when given, replaces the stored
-        fingerprint (e.g. clocks read at the end of the run).
+        fingerprint (e.g. clocks read at the end of the run). ``running`` records this process as the run's
+        runner without asking whether another one runs it (:meth:`claim_run` asks).
 
         Raises:
             StoreError: no such run.
@@ -857,9 +904,77 @@ class Store:
             run = self._run_row(s, run_name)
             run.status = st.value
             run.finished_at = _now() if st is RunStatus.FINISHED else None
+            if st is RunStatus.RUNNING:
+                self._set_runner(s, run)
             if hardware is not None:
                 run.hardware = dict(hardware)
                 run.hardware_fingerprint = _hardware_fingerprint(hardware)
+
+    def claim_run(self, run_name: str, *, check_only: bool = False) -> None:
+        """Make this process the runner of a run (status ``running``, a first heartbeat), unless another
+        runner still runs it (:mod:`.liveness`): in one transaction, so of two processes that resume a run at
+        once, one gets it and the other is refused.
+
+        Args:
+            run_name: the run.
+            check_only: only raise as a claim would; write nothing.
+
+        Raises:
+            StoreError: no such run, or its runner still runs (the message names it and the fix: wait for it,
+                or stop it; for a runner on another host, how long its heartbeat has been silent and when it
+                counts as gone).
+        """
+        with self._write() as s:
+            q = select(RunRow).where(RunRow.run_name == run_name)
+            if s.get_bind().dialect.name == "postgresql":
+                q = q.with_for_update()  # SQLite's BEGIN IMMEDIATE already holds the database's write lock
+            run = s.scalars(q).one_or_none()
+            if run is None:
+                raise StoreError(f"no run named {run_name!r} in this store", fix="see `kbench runs list`")
+            me = current_runner()
+            mine = (run.runner_host, run.runner_pid, run.runner_start) == (me.host, me.pid, me.start)
+            if run.status == RunStatus.RUNNING.value and not mine:
+                state = self._judge(run, _db_now(s))
+                if state.alive:
+                    raise self._busy_error(run, state)
+            if not check_only:
+                run.status = RunStatus.RUNNING.value
+                run.finished_at = None
+                self._set_runner(s, run)
+
+    def _busy_error(self, run: RunRow, state: RunnerState) -> StoreError:
+        """The refusal of a second runner for a run whose runner still runs (``state``: its judgement)."""
+        again = "a second runner would evaluate its candidates again beside it"
+        if state.local:
+            return StoreError(
+                f"run {run.run_name!r} in {self.safe_url} is still being run by pid {run.runner_pid} on this host "
+                f"({run.runner_host}); {again}",
+                fix=f"wait for it to end, or stop it (Ctrl-C in its terminal, or kill {run.runner_pid}) and resume "
+                "again",
+            )
+        left = max(0.0, STALE_AFTER_S - (state.heartbeat_age_s or 0.0))
+        return StoreError(
+            f"run {run.run_name!r} in {self.safe_url} is still being run by pid {run.runner_pid} on "
+            f"{run.runner_host}, another host (last heartbeat {format_duration(state.heartbeat_age_s)} ago); {again}",
+            fix=f"wait for it to end, or stop it on {run.runner_host} (Ctrl-C, or kill {run.runner_pid}); if that "
+            f"host is down, resume once the run has had no heartbeat for {format_duration(STALE_AFTER_S)} (in "
+            f"{format_duration(left)})",
+        )
+
+    def heartbeat(self, run_name: str) -> bool:
+        """Write this runner's heartbeat for the run (:class:`.liveness.Heartbeat` calls it).
+
+        Returns:
+            False, writing nothing, when the run is recorded as run by another process now (it was taken
+            as gone and resumed elsewhere), or no longer exists; True otherwise.
+        """
+        me = current_runner()
+        with self._write() as s:
+            run = s.scalars(select(RunRow).where(RunRow.run_name == run_name)).one_or_none()
+            if run is None or (run.runner_host, run.runner_pid, run.runner_start) != (me.host, me.pid, me.start):
+                return False
+            run.heartbeat_at = _db_now(s)
+            return True
 
     # -- samples, attempts, results --------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 Tables (one row of each means):
 
-- ``runs``: one ``kbench run`` (model, protocol, config, hardware fingerprint, status).
+- ``runs``: one ``kbench run`` (model, protocol, config, hardware fingerprint, status, the process that runs
+  it and its heartbeat).
 - ``problems``: one problem source text, deduplicated by its SHA-256 (the same code in two runs or
   two problem sets is stored once; baselines are keyed by this hash).
 - ``run_problems``: a run's scope: which problems (level, problem_id, name) it covers, with the
@@ -78,6 +79,12 @@ class RunRow(Base):
     config: Mapped[dict[str, Any]]
     hardware: Mapped[dict[str, Any]]
     kbench_version: Mapped[str] = mapped_column(String(50))
+    # added in revision 0003: the process that runs (or last ran) the run, and its last heartbeat (see
+    # store/liveness.py); None in runs started before
+    runner_host: Mapped[str | None] = mapped_column(String(255))
+    runner_pid: Mapped[int | None]
+    runner_start: Mapped[str | None] = mapped_column(String(200))
+    heartbeat_at: Mapped[datetime | None]
 
 
 class ProblemRow(Base):

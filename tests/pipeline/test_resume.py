@@ -1,14 +1,17 @@
 """A runner killed with SIGKILL (twice) and resumed gives the table of an uninterrupted run, and no
-candidate is recorded twice."""
+candidate is recorded twice; a killed runner's run reads as interrupted, a second runner is refused while the
+first lives, and a resume with nothing to evaluate says so before any device worker starts."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,18 +40,48 @@ def _count(db: Path, run: str) -> int:
         return 0
 
 
-def _kill_after(workdir: Path, db: Path, run: str, n: int, extra: list[str]) -> None:
+def _write_lock_free(db: Path) -> bool:
+    """Whether no process holds the SQLite store's write lock (a runner stopped inside a transaction would)."""
+    try:
+        c = sqlite3.connect(db, timeout=0.05, isolation_level=None)
+        try:
+            c.execute("BEGIN IMMEDIATE")
+            c.execute("ROLLBACK")
+        finally:
+            c.close()
+        return True
+    except sqlite3.OperationalError:
+        return False
+
+
+def _kill_after(workdir: Path, db: Path, run: str, n: int, extra: list[str],
+                probe: Callable[[int], dict] | None = None) -> dict:
+    """Start a runner, SIGKILL it once it stored ``n`` results. With ``probe``, the runner is first stopped
+    (SIGSTOP: alive, but it cannot finish meanwhile) outside a store transaction, and ``probe(its pid)`` runs;
+    returns what the probe returned, with ``pid``."""
     p = subprocess.Popen([sys.executable, "-m", "kernelbench_harness", *ARGS, "--run-name", run, "--db", str(db),
                           *extra], cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
-    deadline = time.monotonic() + 300
-    while _count(db, run) < n and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    seen: dict = {"pid": p.pid}
     try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:  # it finished first
-        pass
-    p.wait()
+        deadline = time.monotonic() + 300
+        while p.poll() is None and time.monotonic() < deadline:
+            if _count(db, run) >= n:
+                if probe is None:
+                    break
+                os.killpg(p.pid, signal.SIGSTOP)
+                if _write_lock_free(db):  # the commands of the probe open the store
+                    seen.update(probe(p.pid))
+                    break
+                os.killpg(p.pid, signal.SIGCONT)
+            time.sleep(0.1)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it finished first
+            pass
+        p.wait()
+    return seen
 
 
 def _sigkill_twice_then_resume(workdir: Path) -> dict:
@@ -62,10 +95,22 @@ def _sigkill_twice_then_resume(workdir: Path) -> dict:
         whole_run = subprocess.Popen([sys.executable, "-m", "kernelbench_harness", *ARGS, "--run-name", "whole",
                                       "--db", str(whole_db)], cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
+
+    def while_alive(pid: int) -> dict:
+        # a second runner is refused while the first lives, and `runs list` says who runs it
+        seen = {"stopped_with": _count(db, "cut")}
+        second = kbench(*ARGS, "--run-name", "cut", "--db", str(db), "--resume", cwd=workdir, check=False)
+        seen["second"] = (second.returncode, second.stdout + second.stderr)
+        seen["list_live"] = kbench("runs", "list", "--db", str(db), cwd=workdir).stdout
+        seen["after_refusal"] = _count(db, "cut")
+        return seen
+
     try:
-        _kill_after(workdir, db, "cut", 1, [])
+        first_kill = _kill_after(workdir, db, "cut", 1, [], probe=while_alive)
+        first_kill["list_killed"] = kbench("runs", "list", "--db", str(db), cwd=workdir).stdout
         first = _count(db, "cut")
-        assert 1 <= first < 3
+        # (all 3 where the second runner, which should have been refused, evaluated the rest)
+        assert 1 <= first < 3, f"{first} result(s) after the first kill; the second runner: {first_kill.get('second')}"
         _kill_after(workdir, db, "cut", first + 1, ["--resume"])
         kbench(*ARGS, "--run-name", "cut", "--db", str(db), "--resume", cwd=workdir)
         whole_run.wait(timeout=600)
@@ -74,7 +119,7 @@ def _sigkill_twice_then_resume(workdir: Path) -> dict:
             os.killpg(whole_run.pid, signal.SIGKILL)
             whole_run.wait()
     return {"db": db, "whole_db": whole_db, "whole_returncode": whole_run.returncode,
-            "whole_log": whole_log.read_text()[-3000:]}
+            "whole_log": whole_log.read_text()[-3000:], "first_kill": first_kill}
 
 
 def _ctrl_c(workdir: Path) -> dict:
@@ -98,6 +143,88 @@ def _ctrl_c(workdir: Path) -> dict:
     os.killpg(p.pid, signal.SIGINT)
     out, _ = p.communicate(timeout=120)
     return {"db": db, "returncode": p.returncode, "out": out}
+
+
+def _write_lock_free(db: Path) -> bool:
+    """Whether no process holds the SQLite store's write lock (a runner stopped inside a transaction would)."""
+    try:
+        c = sqlite3.connect(db, timeout=0.05, isolation_level=None)
+        try:
+            c.execute("BEGIN IMMEDIATE")
+            c.execute("ROLLBACK")
+        finally:
+            c.close()
+        return True
+    except sqlite3.OperationalError:
+        return False
+
+
+def test_a_live_runner_refuses_a_second_and_a_killed_one_reads_interrupted(sigkill_runs):
+    """While a run's runner lives (here stopped with SIGSTOP), ``--resume`` of it is refused with the runner's
+    pid and host and `runs list` shows who runs it; once the runner is SIGKILLed, `runs list` shows the run as
+    interrupted (runner gone) with the command that continues it, and ``--resume`` completes it."""
+    seen = sigkill_runs["first_kill"]
+    pid, host = seen["pid"], socket.gethostname()
+    code, out = seen["second"]
+    assert code != 0, out[-3000:]
+    assert "run 'cut' in sqlite:///" in out and f"is still being run by pid {pid} on this host ({host})" in out
+    assert f"kill {pid}" in out and "Traceback" not in out, out[-3000:]
+    assert seen["after_refusal"] == seen["stopped_with"]  # the refused runner evaluated nothing
+    assert f"cut: running, runner: pid {pid} on this host ({host})" in seen["list_live"], seen["list_live"]
+    killed = seen["list_killed"]
+    assert "running" not in killed, killed
+    assert f"cut: interrupted, runner gone: pid {pid} on this host ({host}) no longer runs (killed or crashed); " \
+           "continue it with: kbench run --run-name cut --resume --db " in killed, killed
+    # and --resume continued it to the end: test_sigkill_twice_then_resume_equals_uninterrupted
+
+
+def test_nothing_to_evaluate_is_found_before_any_device_worker_starts(tmp_path, monkeypatch):
+    """Resuming a run whose samples are all stored says "nothing to evaluate" and starts no device worker (nor
+    the problems' sizing); a run cut after its last result, before it was marked finished, is marked finished."""
+    import asyncio
+
+    from kernelbench_harness import runner
+    from kernelbench_harness.adapters.registry import get_adapter
+    from kernelbench_harness.core import EvalResult, Outcome
+    from kernelbench_harness.problems import load_problems
+    from kernelbench_harness.store import Store
+
+    db = f"sqlite:///{tmp_path / 'kb.db'}"
+    cfg = runner.RunConfig(model="bundled", levels=(1,), ids="1-2", run_name="done", db=db, gpus="cpu",
+                           build_cache=str(tmp_path / "cache"), protocol_overrides=SHORT_TIMING)
+    problems = load_problems(None, levels=(1,), ids="1-2").problems
+    specs = get_adapter("bundled", options={"device": "cpu"}).plan(problems, 1)
+    with Store(db) as st:
+        st.create_run("done", model="bundled", protocol=cfg.resolved_protocol().to_dict(),
+                      config={"run_config": cfg.to_dict(), "run_seed": 1}, hardware={}, problems=problems)
+        for sp in specs:
+            st.record_attempt("done", problem=sp.problem, candidate=None, model=sp.model, sample_id=sp.sample_id,
+                              turn=0, messages=None, reply=None, generation=None,
+                              result=EvalResult(Outcome.CORRECT, compiled=True, correct=True))
+        st.set_run_status("done", "interrupted")
+
+    def started(*_a, **_k):
+        raise AssertionError("a device worker (or the sizing child) was started")
+
+    monkeypatch.setattr(runner, "_make_executor", started)
+    monkeypatch.setattr(runner, "_start_sizing", started)
+    notes: list[str] = []
+
+    class Notes(runner._NullProgress):
+        def note(self, message: str) -> None:
+            notes.append(message)
+
+    s = asyncio.run(runner.execute_run(cfg, resume=True, progress=Notes()))
+    assert (s.evaluated, s.skipped_done, s.outcomes, s.status) == (0, len(specs), {}, "finished")
+    assert f"nothing to evaluate: the {len(specs)} sample(s) of run done are complete; it is marked finished" in notes
+    with Store(db) as st:
+        info = st.get_run("done")
+        assert info is not None and info.status == "finished" and info.finished_at is not None
+    notes.clear()
+    s = asyncio.run(runner.execute_run(cfg, resume=True, progress=Notes()))  # finished: left as it is
+    assert s.evaluated == 0 and notes == [f"nothing to evaluate: the {len(specs)} sample(s) of run done are complete"]
+    with Store(db) as st:
+        assert st.get_run("done").finished_at == info.finished_at  # type: ignore[union-attr]
 
 
 def test_sigkill_twice_then_resume_equals_uninterrupted(sigkill_runs):
@@ -231,3 +358,4 @@ def ctrl_c_run() -> dict:
 @pytest.fixture
 def resumed_after_harness_errors() -> dict:
     return EARLY["resumed_after_harness_errors"].result()
+

@@ -176,7 +176,7 @@ def test_upgrade_from_first_revision_keeps_data(db_url: str) -> None:
     _insert_rev1_rows(db_url)
 
     with Store(db_url) as store:  # opening upgrades to head
-        assert store.schema_revision() == "0002"
+        assert store.schema_revision() == "0003"
         info = store.get_run("old-run")
         assert info is not None and info.model == "old-model" and info.status == "finished"
         assert info.kbench_version == "0.0.9" and info.finished_at is not None
@@ -203,6 +203,41 @@ def test_upgrade_from_first_revision_keeps_data(db_url: str) -> None:
         assert store.done_attempts("old-run") == {(1, 4, "old-model", 0, 0)}
         store.create_run("new-run", model="x", protocol={}, config={}, hardware={}, problems=[p])
         assert [r.run_name for r in store.list_runs()] == ["old-run", "new-run"]
+
+
+def test_upgrade_from_0002_records_runners_and_judges_older_running_runs(db_url: str) -> None:
+    """Revision 0003 adds the runner and its heartbeat to ``runs``. A run an older kbench left as running
+    (its runner killed: nothing recorded who it was) reads as interrupted and can be resumed."""
+    upgrade_schema(db_url, "0002")
+    _insert_rev1_rows(db_url)
+    engine = Store._make_engine(db_url)
+    with engine.begin() as c:
+        c.execute(
+            text(
+                "INSERT INTO runs (id, run_name, model, status, created_at, finished_at, protocol_name, precision, "
+                "protocol_fingerprint, hardware_fingerprint, protocol, config, hardware, kbench_version) VALUES "
+                "(2, 'old-killed', 'old-model', 'running', :now, NULL, 'kbench', 'fp32', 'pfp', 'hfp', '{}', "
+                "'{}', '{}', '0.0.9')"
+            ),
+            {"now": _NOW},
+        )
+        if engine.dialect.name == "postgresql":
+            c.execute(text("SELECT setval(pg_get_serial_sequence('runs', 'id'), 2)"))
+    engine.dispose()
+
+    with Store(db_url) as store:
+        assert store.schema_revision() == "0003"
+        old, killed = store.list_runs()
+        assert (old.run_name, old.status, old.status_note, old.runner_pid) == ("old-run", "finished", "", None)
+        assert (killed.run_name, killed.status) == ("old-killed", "interrupted")
+        assert "runner unknown" in killed.status_note and killed.heartbeat_at is None
+        store.claim_run("old-killed")  # resumed by this process
+        info = store.get_run("old-killed")
+        assert info is not None and (info.status, info.runner_pid) == ("running", os.getpid())
+        assert info.heartbeat_at is not None
+        store.create_run("new-run", model="x", protocol={}, config={}, hardware={},
+                         problems=store.run_problems("old-run"))
+        assert store.get_run("new-run").runner_pid == os.getpid()  # type: ignore[union-attr]
 
 
 def test_migrated_schema_matches_models(db_url: str) -> None:

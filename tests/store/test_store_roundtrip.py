@@ -428,7 +428,7 @@ def test_sqlite_settings_and_default_location(tmp_path, monkeypatch: pytest.Monk
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
-        assert s.schema_revision() == "0002"
+        assert s.schema_revision() == "0003"
         assert {
             "runs",
             "problems",
