@@ -145,20 +145,6 @@ def _ctrl_c(workdir: Path) -> dict:
     return {"db": db, "returncode": p.returncode, "out": out}
 
 
-def _write_lock_free(db: Path) -> bool:
-    """Whether no process holds the SQLite store's write lock (a runner stopped inside a transaction would)."""
-    try:
-        c = sqlite3.connect(db, timeout=0.05, isolation_level=None)
-        try:
-            c.execute("BEGIN IMMEDIATE")
-            c.execute("ROLLBACK")
-        finally:
-            c.close()
-        return True
-    except sqlite3.OperationalError:
-        return False
-
-
 def test_a_live_runner_refuses_a_second_and_a_killed_one_reads_interrupted(sigkill_runs):
     """While a run's runner lives (here stopped with SIGSTOP), ``--resume`` of it is refused with the runner's
     pid and host and `runs list` shows who runs it; once the runner is SIGKILLed, `runs list` shows the run as
