@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -201,7 +202,12 @@ class BuildPool:
                 h.close()
                 self.stats["deferred"] += 1
                 return BuildOutcome("deferred", f"build process ended: {e}", time.perf_counter() - t0)
-            self._release_claims(held)
+            except BaseException:  # a harness error: the process goes, and its claim with it (others wait on it)
+                h.kill("harness error")
+                h.close()
+                raise
+            finally:
+                self._release_claims(held)
             h.close()
             info = msg.get("build") if isinstance(msg.get("build"), dict) else {}
             built = [b for b in info.get("built", []) if isinstance(b, dict)] \
@@ -241,25 +247,49 @@ class BuildPool:
 
     def _store_binary(self, name: str, so: Path, jobdir: Path) -> None:
         """Copy a binary a build process made (``so``, only from inside its private ``jobdir``) into the cache as
-        ``<cache>/<name>/<so.name>``, unless an entry ``name`` is there already."""
-        if not _EXT_NAME.fullmatch(name) or not so.is_file():
-            return
-        try:
-            so.resolve().relative_to(jobdir.resolve())
-        except ValueError:
+        ``<cache>/<name>/<so.name>``, unless an entry ``name`` is there already.
+
+        The process may still run (``ext_done`` comes mid-build) and swap the path for a link to another file (a
+        secret, a FIFO, ``/dev/zero``) after it was looked at: the file is opened first, without following a
+        final link and without blocking, and what is copied is that open file, once it is known to be a regular
+        file with one name, the one at ``so`` inside ``jobdir``. A file that cannot be read is not stored (never
+        an exception: the caller holds a claim that other builds wait on)."""
+        if not _EXT_NAME.fullmatch(name) or so.name in ("", ".", ".."):
             return
         entry = self.cache_dir / name
         if entry.is_dir():
             return
-        tmp = self.cache_dir / f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
-        tmp.mkdir()
-        shutil.copyfile(so, tmp / so.name)  # keep the file name: it is the module's name
         try:
-            os.replace(tmp, entry)
+            fd = os.open(so, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return
+        tmp: Path | None = None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                return
+            real = so.resolve()
+            real.relative_to(jobdir.resolve())
+            there = os.stat(real, follow_symlinks=False)
+            if (there.st_dev, there.st_ino) != (st.st_dev, st.st_ino):
+                return  # the path names another file now
+            tmp = self.cache_dir / f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+            tmp.mkdir()
+            with os.fdopen(os.dup(fd), "rb") as src, open(tmp / so.name, "xb") as dst:
+                shutil.copyfileobj(src, dst)  # keep the file name: it is the module's name
+            try:
+                os.replace(tmp, entry)
+                tmp = None
+            except OSError:  # another build stored it first
+                return
             with self._pch_lock:
                 self._so_seen[name] = _tree_fingerprint(entry, content=True)
-        except OSError:  # another build stored it first
-            shutil.rmtree(tmp, ignore_errors=True)
+        except (OSError, ValueError) as e:
+            log.warning("binary %s of a build not stored in the cache: %s", name, e)
+        finally:
+            os.close(fd)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
 
     def _serve_claim(self, name: Any, held: set[str], deadline: float) -> str:
         """Answer a build process's claim of extension ``name`` (``kb_<hash>``, not in the cache when it
@@ -271,12 +301,17 @@ class BuildPool:
         if not isinstance(name, str) or not _EXT_NAME.fullmatch(name):
             return "ext_go"
         with self._ext_cond:
+            waited = False
             while name in self._ext_busy and (left := deadline - time.monotonic()) > 0:
+                waited = True
                 self._ext_cond.wait(left)
             if (self.cache_dir / name).is_dir():
                 self.stats["shared"] += 1
                 return "ext_cached"
-            if name not in self._ext_busy:
+            # a claim that ended without a binary (the compile failed, or its process was ended): the processes
+            # that waited for it compile side by side, as without claims, instead of one after another (the same
+            # failing source compiled again by each waiter in turn, until the last ones ran out of time)
+            if name not in self._ext_busy and not waited:
                 self._ext_busy.add(name)
                 held.add(name)
             return "ext_go"
