@@ -1629,15 +1629,23 @@ class DeviceEvaluator:
         end = time.monotonic() + self.QUEUE_WAIT_MAX_S
         if deadline is not None:
             end = min(end, deadline)
-        while self._windows_queued() and time.monotonic() < end:
-            time.sleep(0.002)
+        # one loop for both: the lane's job going to its own window queues it before its lane bit drops, so a
+        # wait for the lane that ended there must not take the hold back ahead of that window
+        lane_end: float | None = None
+        while (now := time.monotonic()) < end:
+            if self._windows_queued():
+                time.sleep(0.002)
+                continue
+            if self._lane_holds_device():  # (lane_exclusive) another slot's large job computes: it goes on first
+                if lane_end is None:
+                    lane_end = min(end, now + self.LANE_WAIT_MAX_S)
+                if now < lane_end:
+                    time.sleep(0.002)
+                    continue
+            break
         if self._windows_queued():
             log.warning("a timing window of this run stayed queued for %.0f s; taking the device lock back",
                         self.QUEUE_WAIT_MAX_S)
-        if self._lane_holds_device():  # (lane_exclusive) another slot's large job computes: it goes on first
-            lane_end = min(end, time.monotonic() + self.LANE_WAIT_MAX_S)
-            while self._lane_holds_device() and time.monotonic() < lane_end:
-                time.sleep(0.002)
         lk.acquire(shared=True, timeout_s=None if deadline is None else max(0.0, deadline - time.monotonic()))
         self._set_lane(True)
 
