@@ -521,7 +521,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         if heartbeat is not None:
             heartbeat.stop()
             with contextlib.suppress(Exception):
-                store.set_run_status(run_name, "interrupted")
+                store.set_run_status(run_name, "interrupted", if_runner=True)
         store.close()
         raise
     pool: BuildPool | None = None
@@ -755,7 +755,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             end_fp["warm"] = _warm_record(stored, warm_info, warm_t0)
         elif stored is not None and (stored.hardware or {}).get("warm"):
             end_fp["warm"] = stored.hardware["warm"]  # an earlier part's, which this part had nothing to add to
-        store.set_run_status(run_name, status, hardware=end_fp)
+        store.set_run_status(run_name, status, hardware=end_fp, if_runner=True)
         return RunSummary(run_name=run_name, db_url=store.safe_url, outcomes=outcomes, evaluated=n_eval,
                           skipped_done=skipped, wall_s=time.perf_counter() - t_run, phase_s=phase_s,
                           problem_issues=tuple(f"{i.path}: {i.reason}" for i in ps.issues), status=status,
@@ -768,7 +768,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 hw = None
                 if warm_info:  # the compiles that finished before the cut, which a resumed run does not redo
                     hw = {**(cut.hardware or {}), "warm": _warm_record(stored, dict(warm_info), warm_t0)}
-                store.set_run_status(run_name, "interrupted", hardware=hw)
+                store.set_run_status(run_name, "interrupted", hardware=hw, if_runner=True)
         except Exception:
             pass
         raise

@@ -883,12 +883,21 @@ class Store:
                 if r.flags
             }
 
-    def set_run_status(self, run_name: str, status: str, *, hardware: dict[str, Any] | None = None) -> None:
+    def set_run_status(self, run_name: str, status: str, *, hardware: dict[str, Any] | None = None,
+                       if_runner: bool = False) -> bool:
         """Set a run's status (``running | finished | interrupted | failed``).
 
         ``finished`` sets ``finished_at``; ``hardware``, when given, replaces the stored
         fingerprint (e.g. clocks read at the end of the run). ``running`` records this process as the run's
         runner without asking whether another one runs it (:meth:`claim_run` asks).
+
+        Args:
+            if_runner: write only while this process is the run's recorded runner (a runner ending): one taken
+                as gone and superseded by a resume must not mark the new runner's run finished or interrupted
+                (an interrupted one could be claimed by a third runner while the second still runs it).
+
+        Returns:
+            False when ``if_runner`` and another process runs the run now (nothing written); True otherwise.
 
         Raises:
             StoreError: no such run.
@@ -902,6 +911,12 @@ class Store:
             ) from None
         with self._write() as s:
             run = self._run_row(s, run_name)
+            if if_runner:
+                me = current_runner()
+                if (run.runner_host, run.runner_pid, run.runner_start) != (me.host, me.pid, me.start):
+                    log.warning("run %s is run by pid %s on %s now; its status is left to that runner", run_name,
+                                run.runner_pid, run.runner_host)
+                    return False
             run.status = st.value
             run.finished_at = _now() if st is RunStatus.FINISHED else None
             if st is RunStatus.RUNNING:
@@ -909,6 +924,7 @@ class Store:
             if hardware is not None:
                 run.hardware = dict(hardware)
                 run.hardware_fingerprint = _hardware_fingerprint(hardware)
+        return True
 
     def claim_run(self, run_name: str, *, check_only: bool = False) -> None:
         """Make this process the runner of a run (status ``running``, a first heartbeat), unless another
