@@ -38,8 +38,12 @@ def _slot(share: float = 1 / 6, ledger=None, share_ok=None) -> SimpleNamespace:
                            _share_out_nbytes=DeviceEvaluator._share_out_nbytes,
                            work_nbytes=DeviceEvaluator.work_nbytes, weights_nbytes=DeviceEvaluator.weights_nbytes,
                            PHYSICAL_WAIT_MAX_S=10.0, PHYSICAL_POLL_S=0.01,
-                           window_queue=None, lane_priority=False, _lane_job=False, _host_off=False)
+                           window_queue=None, lane_priority=False, lane_exclusive=False, _lane_job=False,
+                           _host_off=False)
     slot._set_lane = lambda on: DeviceEvaluator._set_lane(slot, on)
+    slot._lane_busy = lambda: DeviceEvaluator._lane_busy(slot)
+    slot._others_flagged = lambda bit: DeviceEvaluator._others_flagged(slot, bit)
+    slot._lane_holds_device = lambda: DeviceEvaluator._lane_holds_device(slot)
     slot._planner = lambda ctx, total, baselines=False: DeviceEvaluator._planner(slot, ctx, total, baselines)
     slot._wait_device_free = lambda need, give, wait: DeviceEvaluator._wait_device_free(slot, need, give, wait)
     slot._lock_given_up_while_waiting = lambda: DeviceEvaluator._lock_given_up_while_waiting(slot)
