@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..execution.quiet import proc_stat
+
 __all__ = [
     "HEARTBEAT_S",
     "STALE_AFTER_S",
@@ -102,11 +104,8 @@ def _machine() -> str | None:
 def _start_ticks(pid: int | str) -> str | None:
     """The start time (clock ticks since boot) of process ``pid``; None when no such process runs (a zombie,
     killed and not yet reaped, does not)."""
-    stat = _read(f"/proc/{pid}/stat")
-    if stat is None:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()  # after the command name, which may hold spaces and parentheses
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
+    fields = proc_stat(pid)
+    if not fields or len(fields) < 20 or fields[0] in ("Z", "X"):
         return None
     return fields[19]
 
