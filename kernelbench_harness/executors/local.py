@@ -24,6 +24,7 @@ from ..errors import PrerequisiteError
 from ..execution.device import EvalJob
 from ..execution.sandbox import die_with_parent
 from ..protocols import Protocol
+from . import parse_gpus
 from .base import AffinityQueue, Executor, SlotInfo
 
 __all__ = ["LocalExecutor", "resolve_devices", "plan_timing_cpus", "default_timing_cpus", "cpu_cores", "quiet_host_for"]
@@ -136,17 +137,17 @@ def resolve_devices(spec: str | None, *, cpu_ok: bool = True) -> list[str]:
         Slot devices like ``["cuda:0", "cuda:1"]`` or ``["cpu"]``.
 
     Raises:
+        ConfigError: a malformed spec (:func:`..executors.parse_gpus`).
         PrerequisiteError: GPUs requested where none is visible.
     """
+    if spec not in (None, ""):
+        spec = parse_gpus(str(spec))
     if spec in (None, "", "auto"):
         n = _gpu_count()
         return [f"cuda:{i}" for i in range(n)] if n else (["cpu"] if cpu_ok else [])
-    parts = [s.strip() for s in str(spec).split(",") if s.strip()]
-    if parts and all(p == "cpu" for p in parts):
-        return ["cpu"] * len(parts)  # "cpu,cpu": two slots sharing the CPU, timing in turn
-    idx = parts
-    if not all(i.isdigit() for i in idx):
-        raise PrerequisiteError(f"bad --gpus value {spec!r}", fix="use GPU indices like 0,1 or 'cpu'")
+    idx = spec.split(",")
+    if idx[0] == "cpu":
+        return ["cpu"] * len(idx)  # "cpu,cpu": two slots sharing the CPU, timing in turn
     n = _gpu_count()
     if n == 0:
         raise PrerequisiteError("GPUs were requested but no CUDA GPU is visible",

@@ -161,6 +161,18 @@ def test_the_gpu_count_is_asked_once_per_visible_devices_value(monkeypatch):
         local._gpu_count_for.cache_clear()  # the stand-in counts must not outlive the test
 
 
+def test_resolve_devices_checks_the_same_gpus_syntax_as_the_cli():
+    """One parser (executors.parse_gpus) serves the CLI and the library call: resolve_devices took '0,,1' as slots 0
+    and 1, and ',' as no slot at all."""
+    from kernelbench_harness.errors import ConfigError
+    from kernelbench_harness.executors import local
+
+    for bad in ("0,,1", ",", "a", "-1", "cpu,0"):
+        with pytest.raises(ConfigError, match="bad --gpus value"):
+            local.resolve_devices(bad)
+    assert local.resolve_devices("cpu, CPU") == ["cpu", "cpu"]
+
+
 def test_the_gpu_count_comes_from_nvml_without_a_child_and_falls_back_to_one(monkeypatch):
     """NVML's count needs no child process (whose fresh ``import torch`` took about 4.5 s of an H200 run's
     start-up in session 24); when NVML cannot answer (-1, or the helper fails) a child asks CUDA."""
