@@ -775,6 +775,12 @@ class Store:
         run.heartbeat_at = _db_now(s)
 
     @staticmethod
+    def _run_by_me(run: RunRow) -> bool:
+        """Whether this process is the run's recorded runner."""
+        me = current_runner()
+        return (run.runner_host, run.runner_pid, run.runner_start) == (me.host, me.pid, me.start)
+
+    @staticmethod
     def _judge(row: RunRow, now: datetime) -> RunnerState:
         return judge_runner(row.runner_host, row.runner_pid, row.runner_start, _aware(row.heartbeat_at), now)
 
@@ -912,8 +918,7 @@ class Store:
         with self._write() as s:
             run = self._run_row(s, run_name)
             if if_runner:
-                me = current_runner()
-                if (run.runner_host, run.runner_pid, run.runner_start) != (me.host, me.pid, me.start):
+                if not self._run_by_me(run):
                     log.warning("run %s is run by pid %s on %s now; its status is left to that runner", run_name,
                                 run.runner_pid, run.runner_host)
                     return False
@@ -947,9 +952,7 @@ class Store:
             run = s.scalars(q).one_or_none()
             if run is None:
                 raise StoreError(f"no run named {run_name!r} in this store", fix="see `kbench runs list`")
-            me = current_runner()
-            mine = (run.runner_host, run.runner_pid, run.runner_start) == (me.host, me.pid, me.start)
-            if run.status == RunStatus.RUNNING.value and not mine:
+            if run.status == RunStatus.RUNNING.value and not self._run_by_me(run):
                 state = self._judge(run, _db_now(s))
                 if state.alive:
                     raise self._busy_error(run, state)
@@ -984,10 +987,9 @@ class Store:
             False, writing nothing, when the run is recorded as run by another process now (it was taken
             as gone and resumed elsewhere), or no longer exists; True otherwise.
         """
-        me = current_runner()
         with self._write() as s:
             run = s.scalars(select(RunRow).where(RunRow.run_name == run_name)).one_or_none()
-            if run is None or (run.runner_host, run.runner_pid, run.runner_start) != (me.host, me.pid, me.start):
+            if run is None or not self._run_by_me(run):
                 return False
             run.heartbeat_at = _db_now(s)
             return True
