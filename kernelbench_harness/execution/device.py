@@ -1623,30 +1623,36 @@ class DeviceEvaluator:
         device waits for a window any more: the run's queued windows then follow each other while every
         slot is paused, instead of each waiting for the others to reach their next step again.
 
+        The wait for another slot's lane job (``lane_exclusive``, at most :attr:`LANE_WAIT_MAX_S`) is the
+        harness's, not the candidate's: it moves ``deadline`` by its length instead of running it out (the
+        caller moves the candidate's deadline by the whole wait afterwards).
+
         Raises:
-            TimeoutError: not taken by ``deadline`` (``time.monotonic()``); nothing is held then.
+            TimeoutError: not taken by ``deadline`` (``time.monotonic()``, moved by the lane wait); nothing is
+                held then.
         """
-        end = time.monotonic() + self.QUEUE_WAIT_MAX_S
-        if deadline is not None:
-            end = min(end, deadline)
+        cap = time.monotonic() + self.QUEUE_WAIT_MAX_S
         # one loop for both: the lane's job going to its own window queues it before its lane bit drops, so a
         # wait for the lane that ended there must not take the hold back ahead of that window
         lane_end: float | None = None
-        while (now := time.monotonic()) < end:
+        lane_s = 0.0  # seconds waited for the lane so far
+        while (now := time.monotonic()) < (cap if deadline is None else min(cap, deadline + lane_s)):
             if self._windows_queued():
                 time.sleep(0.002)
                 continue
             if self._lane_holds_device():  # (lane_exclusive) another slot's large job computes: it goes on first
                 if lane_end is None:
-                    lane_end = min(end, now + self.LANE_WAIT_MAX_S)
+                    lane_end = now + self.LANE_WAIT_MAX_S
                 if now < lane_end:
                     time.sleep(0.002)
+                    lane_s += time.monotonic() - now
                     continue
             break
         if self._windows_queued():
             log.warning("a timing window of this run stayed queued for %.0f s; taking the device lock back",
                         self.QUEUE_WAIT_MAX_S)
-        lk.acquire(shared=True, timeout_s=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        lk.acquire(shared=True,
+                   timeout_s=None if deadline is None else max(0.0, deadline + lane_s - time.monotonic()))
         self._set_lane(True)
 
     @contextlib.contextmanager

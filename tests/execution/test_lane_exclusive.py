@@ -46,3 +46,49 @@ def test_a_slot_waiting_for_the_lane_does_not_take_the_hold_back_ahead_of_the_la
         if got.is_set():
             lk.release()
         ev.close()
+
+
+def test_a_wait_for_the_lane_does_not_run_the_candidates_time_out(tmp_path: Path) -> None:
+    """Between steps, _take_shared cut its wait for another slot's lane job at the candidate's deadline and then
+    tried the lock once: a candidate with 0.1 s left took its hold back while the lane's job still computed (and,
+    had a window held the lock at that instant, was ended as a timeout). The lane wait is the harness's, not the
+    candidate's: it now moves the deadline by its length."""
+    flags = [0, 0]
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "s0", sandbox=False, timing_lock=threading.Lock(),
+                         window_queue=(flags, 0))
+    ev.lane_priority = ev.lane_exclusive = True
+    lk = HostDeviceLock(_key())
+    flags[1] = ev.LANE_BIT  # slot 1's large job computes for 0.5 s
+    timer = threading.Timer(0.5, lambda: flags.__setitem__(1, 0))
+    timer.start()
+    try:
+        t0 = time.monotonic()
+        ev._take_shared(lk, deadline=t0 + 0.1)
+        assert time.monotonic() - t0 >= 0.45  # it waited for the lane (before the fix: 0.1 s)
+        lk.release()
+    finally:
+        timer.cancel()
+        flags[1] = 0
+        ev.close()
+
+
+def test_a_window_queued_past_the_deadline_still_times_the_candidate_out(tmp_path: Path) -> None:
+    """Only the lane wait moves the deadline: a wait for another slot's queued timing window still ends at it."""
+    import pytest
+
+    flags = [0, 0]
+    ev = DeviceEvaluator("cpu", scratch_dir=tmp_path / "s0", sandbox=False, timing_lock=threading.Lock(),
+                         window_queue=(flags, 0))
+    ev.lane_priority = ev.lane_exclusive = True
+    key = _key()
+    lk = HostDeviceLock(key)
+    other = HostDeviceLock(key)
+    other.acquire()  # slot 1 holds its window (exclusively)
+    flags[1] = ev.QUEUED_BIT
+    try:
+        with pytest.raises(TimeoutError):
+            ev._take_shared(lk, deadline=time.monotonic() + 0.2)
+    finally:
+        flags[1] = 0
+        other.release()
+        ev.close()
