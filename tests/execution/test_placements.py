@@ -316,17 +316,23 @@ def test_a_hidden_trial_is_the_larger_of_the_device_time_and_the_host_time_to_is
     """With launch hiding a call whose host side is short is timed by its device time (launch latency
     gone); a call whose host side is long (work on the CPU, or a launch-bound call) by its host time,
     so the spin never hides host work."""
-    import time
-
     spins = _fake_timing(monkeypatch)
     # a device time far from the host time either way, so a slow CI machine cannot blur the two cases
     monkeypatch.setattr(_FakeEvent, "GPU_MS", 0.5 if host_ms else 200.0)
     settings = T.TimerSettings(timer="cuda_events", warmup=3, trials=6, adaptive=False, hide_launch=True,
                                spin_max_ms=10.0)
+    # the host's clock, advanced 1 us a read and by the call's host work: a real sleep on a loaded machine
+    # overslept past the spin (3x the calibrated host time) now and then, and the launch counted as exposed
+    clock = [0]
+
+    def now_ns() -> int:
+        clock[0] += 1_000
+        return clock[0]
+
+    monkeypatch.setattr(T, "_perf_counter_ns", now_ns)
 
     def fn(i: int) -> None:
-        if host_ms:
-            time.sleep(host_ms / 1000)
+        clock[0] += int(host_ms * 1e6)
 
     stats, info = T.time_callable(fn, torch.device("cuda", 0), settings)
     assert stats.n == 6 and info["launch_hidden_trials"] == 6
