@@ -3276,7 +3276,18 @@ class DeviceEvaluator:
                         # from when the window got the device: waiting for the lock is not the candidate's time
                         tm = expect(max(run_deadline, time.monotonic()) + job.timeout_s, "timing")
                     timing_windows.append(window)
-                    cand_blocks.append((TimingStats.from_dict(tm.get("stats")), tm.get("info") or {}))
+                    reported, tm_info = TimingStats.from_dict(tm.get("stats")), tm.get("info") or {}
+                    if reported is not None:  # the summary is the trusted side's, from the raw samples
+                        derived = _timing.stats_from_samples(reported, tm_info, cand_part)
+                        forged = _timing.stats_forged(reported, derived)
+                        if forged:
+                            findings.append(Finding(
+                                "runtime.timer-tamper", Severity.CHEAT, "timer-tamper",
+                                "the candidate's process reported a timing summary that its own samples do not "
+                                f"give ({', '.join(forged)}: reported median {reported.median_ms:.6g} ms, from the "
+                                f"samples {derived.median_ms:.6g} ms)", {"fields": forged}))
+                        reported = derived
+                    cand_blocks.append((reported, tm_info))
                     if job.protocol.recheck_after_timing and tm.get("timed"):
                         self._check_timed_output(ctx, tm["timed"], jobdir, findings, checks)
                         self._hand_back_judging(ctx)

@@ -563,6 +563,10 @@ _PROTECTED_LIBRARY: dict[str, tuple[str, ...]] = {
     "triton.testing": ("do_bench",),
     "numpy": ("ascontiguousarray", "frombuffer", "fromfile"),
     "json": ("dumps", "loads"),
+    # the timing loop summarises its samples with these in the candidate's process (a candidate that shrank
+    # statistics.median at import reported a 2.7x speedup for an honest kernel)
+    "statistics": ("median", "fmean", "mean", "stdev", "pstdev", "quantiles", "median_low", "median_high"),
+    "math": ("sqrt", "hypot", "floor", "ceil", "isfinite", "isnan", "isinf", "fsum", "log10", "exp", "log"),
     "socket.socket": ("sendall", "send", "recv"),
     "threading": ("enumerate", "_start_new_thread", "_start_joinable_thread", "Thread"),
     "_thread": ("start_new_thread", "start_joinable_thread"),

@@ -281,6 +281,48 @@ def summarize_samples(samples_ms: Sequence[float], *, timer: str, statistic: str
                        samples_ms=tuple(samples_ms), timer=timer, statistic=statistic)
 
 
+def stats_from_samples(stats: TimingStats, info: dict[str, Any], settings: TimerSettings) -> TimingStats:
+    """The summary of one timed block as the trusted side derives it from the block's raw samples, so that a
+    summary computed in the candidate's process (whose ``statistics`` or ``math`` it could have replaced)
+    is never taken as reported.
+
+    Args:
+        stats: the block as the candidate's process reported it (``samples_ms``: the kept trials, ms).
+        info: the block's info dict; ``placement_n`` (the kept trials of each placement, in order) where the
+            block was timed in several placements.
+        settings: the block's timer settings (``statistic``, ``round_sig`` and the placement pooling's).
+
+    Returns:
+        ``stats`` with ``median_ms``, ``mean_ms``, ``std_ms``, ``min_ms``, ``max_ms``, the 95% interval and ``n``
+        computed here from ``samples_ms`` as :func:`time_callable` computes them; ``stats`` itself for the
+        ``profiler`` timer (one per-iteration figure, no trials to summarise) or a block with no samples.
+    """
+    samples = [float(x) for x in stats.samples_ms]
+    if stats.timer == "profiler" or not samples:
+        return stats
+    counts = info.get("placement_n")
+    if isinstance(counts, list) and len(counts) > 1 and sum(int(c) for c in counts) == len(samples):
+        parts, at = [], 0
+        for c in counts:
+            parts.append(samples[at:at + int(c)])
+            at += int(c)
+        return pool_placement_samples(parts, settings, stats.timer)
+    return summarize_samples(samples, timer=stats.timer, statistic=settings.statistic, round_to=settings.round_sig)
+
+
+def stats_forged(reported: TimingStats, derived: TimingStats) -> list[str]:
+    """The summary fields (``median_ms``, ``mean_ms``, ``min_ms``, ``max_ms``) in which a block's reported
+    summary differs from :func:`stats_from_samples`'s (relative tolerance 1e-9: the same arithmetic on the same
+    samples agrees exactly); empty when they agree."""
+    out = []
+    for name in ("median_ms", "mean_ms", "min_ms", "max_ms"):
+        a, b = float(getattr(reported, name)), float(getattr(derived, name))
+        if not (a == b or (math.isnan(a) and math.isnan(b))
+                or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-9 * max(abs(a), abs(b)))):
+            out.append(name)
+    return out
+
+
 class _Flusher:
     def __init__(self, device: torch.device, nbytes: int) -> None:
         self.buf = torch.empty(nbytes // 4, dtype=torch.int32, device=device) if nbytes > 0 else None

@@ -461,3 +461,42 @@ def test_a_candidate_spin_uses_the_trusted_rate_and_the_protocol_cap(monkeypatch
     assert info["launch_sleep_ms"] == 0.5 and info["launch_exposed"] == 4 and min(stats.samples_ms) >= 3.0
     assert get_protocol("kbench").hide_launch_max_ms == 0.5
     assert T.TimerSettings.from_protocol(get_protocol("kbench", hide_launch_max_ms=2.0), CPU).spin_max_ms == 2.0
+
+
+@pytest.mark.parametrize("placements,discard_first,round_sig", [(1, False, 0), (1, True, 3), (4, True, 3), (4, False, 0)])
+def test_the_trusted_sides_summary_of_the_raw_samples_is_what_an_honest_block_reports(
+        placements: int, discard_first: bool, round_sig: int) -> None:
+    """The trusted side now derives a block's median, mean, min and max from its raw samples itself
+    (stats_from_samples) and flags a report that differs (stats_forged): an honest block, single or over
+    placements, discarding its first trial or not, rounded or not, must agree exactly, or every candidate
+    would be called a cheat."""
+    sets = _sets()
+    placer = T.Placer(sets, CPU) if placements > 1 else None
+    settings = T.TimerSettings(timer="wall", warmup=2, trials=24, adaptive=False, placements=placements,
+                               discard_first=discard_first, round_sig=round_sig)
+
+    def fn(i: int) -> torch.Tensor:
+        return sets[i % 3][0] * 2.0
+
+    stats, info = T.time_callable(fn, CPU, settings, relocate=placer)
+    if placer is not None:
+        assert len(info["placement_n"]) == 4
+    derived = T.stats_from_samples(stats, info, settings)
+    assert T.stats_forged(stats, derived) == []
+    assert (derived.median_ms, derived.mean_ms, derived.n) == (stats.median_ms, stats.mean_ms, stats.n)
+
+
+def test_a_summary_its_samples_do_not_give_is_named_and_replaced() -> None:
+    """A candidate's process that shrinks its reported median (statistics.median replaced, or the message
+    rewritten) is found out by the trusted side's own summary, which is what gets used."""
+    import dataclasses
+
+    settings = T.TimerSettings(timer="wall", warmup=1, trials=9, adaptive=False, round_sig=3)
+    stats, info = T.time_callable(lambda i: torch.ones(8) * i, CPU, settings)
+    forged = dataclasses.replace(stats, median_ms=stats.median_ms / 1000.0, mean_ms=stats.mean_ms / 1000.0)
+    derived = T.stats_from_samples(forged, info, settings)
+    assert T.stats_forged(forged, derived) == ["median_ms", "mean_ms"]
+    assert derived.median_ms == stats.median_ms and derived.mean_ms == stats.mean_ms
+    # the profiler timer reports one per-iteration figure, not trials: nothing to derive
+    prof = dataclasses.replace(stats, timer="profiler", samples_ms=(0.5,), median_ms=0.5, mean_ms=0.5)
+    assert T.stats_from_samples(prof, {}, settings) is prof
