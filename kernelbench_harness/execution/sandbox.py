@@ -9,8 +9,9 @@ Applied in a freshly forked candidate process before any candidate code is impor
   virtual ranges) address space; resident memory is also watched from outside;
 - network: a new, empty network namespace (``unshare(CLONE_NEWNET)``) where the OS allows it, and
   Landlock TCP bind/connect denial (ABI >= 4);
-- filesystem: Landlock (ABI >= 1) allows writes only beneath the private folder and ``/dev``,
-  so the results store, the reports and the source tree stay read-only to the candidate;
+- filesystem: Landlock (ABI >= 1) allows writes only beneath the private folder and to ``/dev``'s devices
+  and folders other than ``/dev/shm`` (:func:`dev_write_paths`), so the results store, the reports, the
+  source tree and the run's scratch (other candidates' input sets) stay read-only to the candidate;
   Landlock also stops the candidate from signalling or ptracing processes outside it (ABI >= 6);
 - its own process group (``setsid``), so a timeout kills nvcc, ninja and any thread or child.
 
@@ -25,13 +26,14 @@ import logging
 import os
 import re
 import resource
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
 __all__ = ["SandboxConfig", "clean_environment", "apply_sandbox", "looks_secret", "landlock_abi", "LAYER_SETS",
-           "site_write_dirs", "pinned_layers", "LAYER_NAMES",
+           "site_write_dirs", "dev_write_paths", "pinned_layers", "LAYER_NAMES",
            "make_undumpable"]
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,8 @@ class SandboxConfig:
     """Limits and folders for one candidate process.
 
     Attributes:
-        private_dir: the only folder tree the candidate may write (plus ``/dev``).
+        private_dir: the only folder tree the candidate may write (plus ``/dev``'s devices and folders other
+            than ``/dev/shm`` and ``/dev/mqueue``: :func:`dev_write_paths`).
         extra_write_dirs: more writable trees (e.g. a build folder; ``/proc/self`` is the process's
             own /proc folder).
         cpu_time_s: RLIMIT_CPU (seconds of CPU, all threads); 0 = unlimited.
@@ -146,7 +149,37 @@ def landlock_abi() -> int:
     return max(0, int(r))
 
 
-def _landlock(write_dirs: Iterable[str], deny_tcp: bool, scope: bool = True) -> str:
+#: /dev entries a candidate may not write: the shared-memory folders, where the run's scratch (other slots' and
+#: other candidates' input sets, ``/dev/shm/kbench``) lives. A candidate that could write there replaced the input
+#: files a later candidate of another model read, and that honest candidate was judged incorrect (stop 39's attack).
+_DEV_DENIED = ("shm", "mqueue")
+
+
+def dev_write_paths() -> list[str]:
+    """The ``/dev`` entries a candidate process may write: every device and folder directly in ``/dev`` (the GPU's
+    device files among them, which CUDA opens for writing) except :data:`_DEV_DENIED`; links are left out (what they
+    point at is either listed itself or not a device). A machine whose GPU stack writes ``/dev/shm`` (CUDA MPS)
+    adds it with ``$KBENCH_SANDBOX_WRITE_DIRS``, at the cost of that protection."""
+    out = []
+    try:
+        names = sorted(os.listdir("/dev"))
+    except OSError:
+        return out
+    for name in names:
+        if name in _DEV_DENIED:
+            continue
+        path = os.path.join("/dev", name)
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            out.append(path)
+    return out
+
+
+def _landlock(write_dirs: Iterable[str], deny_tcp: bool, scope: bool = True,
+              dev_paths: Iterable[str] = ()) -> str:
     libc = _libc()
     abi = landlock_abi()
     if abi < 1:
@@ -169,17 +202,21 @@ def _landlock(write_dirs: Iterable[str], deny_tcp: bool, scope: bool = True) -> 
     rs = libc.syscall(_SYS_CREATE, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     if rs < 0:
         return f"create failed errno={ctypes.get_errno()}"
+    file_rights = fs & (_FS_WRITE | _FS_TRUNCATE)  # the rights a rule on a file (not a folder) may carry
     try:
-        for d in write_dirs:
+        for d, required in [(d, True) for d in write_dirs] + [(d, False) for d in dev_paths]:
             try:
-                fd = os.open(d, _O_PATH | os.O_CLOEXEC)
+                fd = os.open(d, _O_PATH | os.O_CLOEXEC | (0 if required else os.O_NOFOLLOW))
             except OSError:
                 continue
             try:
+                rights = fs if stat.S_ISDIR(os.fstat(fd).st_mode) else file_rights
                 # struct landlock_path_beneath_attr { u64 allowed_access; s32 parent_fd; } __packed
-                rule = struct.pack("=Qi", fs, fd)
+                rule = struct.pack("=Qi", rights, fd)
                 rb = ctypes.create_string_buffer(rule, len(rule))
                 if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(rs), ctypes.c_int(1), rb, ctypes.c_uint32(0)) < 0:
+                    if not required:  # a /dev entry the kernel will not take a rule for: it stays unwritable
+                        continue
                     return f"add_rule failed for {d} errno={ctypes.get_errno()}"
             finally:
                 os.close(fd)
@@ -227,11 +264,10 @@ def apply_sandbox(cfg: SandboxConfig) -> dict[str, str]:
         else:
             applied["netns"] = f"refused errno={ctypes.get_errno()}"
     if cfg.landlock:
-        dirs = [cfg.private_dir, *(f"/proc/{os.getpid()}" if d == "/proc/self" else d for d in cfg.extra_write_dirs),
-                "/dev"]
+        dirs = [cfg.private_dir, *(f"/proc/{os.getpid()}" if d == "/proc/self" else d for d in cfg.extra_write_dirs)]
         try:
             applied["landlock"] = _landlock(dirs, deny_tcp=cfg.landlock_tcp and not cfg.allow_network,
-                                            scope=cfg.landlock_scope)
+                                            scope=cfg.landlock_scope, dev_paths=dev_write_paths())
         except Exception as e:  # never let a sandbox layer crash the worker
             applied["landlock"] = f"error {e}"
     if cfg.drop_caps:

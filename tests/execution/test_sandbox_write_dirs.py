@@ -55,3 +55,71 @@ def test_extra_write_dirs_are_writable_and_nothing_else(tmp_path):
     assert out["seen"]["private"] == "ok" and out["seen"]["extra"] == "ok" and out["seen"]["own_proc"] == "ok"
     assert out["seen"]["other"].startswith("denied")
     assert not (other / "x").exists()
+
+
+SHM_CHILD = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[2])
+from kernelbench_harness.execution.sandbox import SandboxConfig, apply_sandbox
+cfg = json.loads(sys.argv[1])
+root = sys.argv[3]
+applied = apply_sandbox(SandboxConfig(**cfg))
+seen = {}
+
+def attempt(name, fn):
+    try:
+        fn()
+        seen[name] = "ok"
+    except OSError as e:
+        seen[name] = f"denied {e.errno}"
+
+def write(path):
+    with open(path, "w") as f:
+        f.write("kbtest")
+
+victim = os.path.join(root, "p_1", "inputs", "set0_1.bin")
+attempt("private", lambda: write(os.path.join(cfg["private_dir"], "x")))
+attempt("unlink_sibling_input", lambda: os.unlink(victim))
+attempt("replace_sibling_input", lambda: os.replace(os.path.join(cfg["private_dir"], "x"), victim))
+attempt("new_file_in_scratch", lambda: write(os.path.join(root, "planted")))
+attempt("new_file_in_dev_shm", lambda: write("/dev/shm/kbench-test-planted-" + str(os.getpid())))
+attempt("dev_null", lambda: write("/dev/null"))
+print(json.dumps({"applied": applied, "seen": seen}))
+'''
+
+
+@pytest.mark.skipif(landlock_abi() < 1, reason="Landlock unavailable on this kernel")
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_a_candidate_cannot_touch_the_runs_scratch_in_dev_shm_beside_its_own_folder() -> None:
+    """The run's scratch lives in /dev/shm/kbench: a slot's problem folder (p_*/inputs, the input sets every later
+    candidate of the problem reads) beside each candidate's private folder (j_*). Landlock allowed writes to all of
+    /dev, so a candidate could unlink another candidate's input set and write its own in its place (the honest
+    candidate after it, of another model, was then judged incorrect). Only its private folder and /dev's devices
+    (/dev/null, the GPU's files) stay writable."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="kbench-test-", dir="/dev/shm"))
+    try:
+        priv = root / "j_1"
+        priv.mkdir()
+        (root / "p_1" / "inputs").mkdir(parents=True)
+        victim = root / "p_1" / "inputs" / "set0_1.bin"
+        victim.write_bytes(b"trusted")
+        victim.chmod(0o444)
+        cfg = {"private_dir": str(priv), "extra_write_dirs": [], "new_netns": False, "landlock": True,
+               "landlock_tcp": False, "landlock_scope": False, "drop_caps": False, "seccomp_unix": False}
+        p = subprocess.run([sys.executable, "-c", SHM_CHILD, json.dumps(cfg), str(REPO), str(root)],
+                           capture_output=True, text=True, timeout=60)
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        assert "fs-write-confined" in out["applied"]["landlock"], out
+        seen = out["seen"]
+        assert seen["private"] == "ok" and seen["dev_null"] == "ok", seen
+        for name in ("unlink_sibling_input", "replace_sibling_input", "new_file_in_scratch", "new_file_in_dev_shm"):
+            assert seen[name].startswith("denied"), (name, seen)
+        assert victim.read_bytes() == b"trusted"
+        assert not (root / "planted").exists()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        for stray in Path("/dev/shm").glob("kbench-test-planted-*"):
+            stray.unlink()
