@@ -10,12 +10,14 @@ becomes the sample's ``generation_error`` outcome. They raise :class:`Prerequisi
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from ..core import Problem
+from ..errors import ConfigError
 
-__all__ = ["SampleSpec", "GenerationRequest", "Generation", "ModelAdapter"]
+__all__ = ["SampleSpec", "GenerationRequest", "Generation", "ModelAdapter", "refuse_unknown_options"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +118,21 @@ class ModelAdapter(ABC):
 
     async def aclose(self) -> None:
         """Release connections."""
+
+
+def refuse_unknown_options(adapter: str, options: Mapping[str, Any], takes: Mapping[str, str]) -> None:
+    """Refuse adapter options (``-O key=value``) that ``adapter`` does not take.
+
+    Args:
+        adapter: the adapter's name in the message (``"bundled"``, ``"replay"``).
+        options: the options given.
+        takes: each option the adapter takes -> how to give it (``"-O model=<name>"``).
+
+    Raises:
+        ConfigError: an option not in ``takes``; the message names the options it takes.
+    """
+    unknown = sorted(set(options) - set(takes))
+    if unknown:
+        raise ConfigError(f"the {adapter} adapter has no option(s) {', '.join(unknown)}; it takes: "
+                          f"{', '.join(sorted(takes)) or 'none'}",
+                          fix=f"drop them{', or use ' + ' or '.join(takes.values()) if takes else ''}")

@@ -33,7 +33,7 @@ from typing import Any
 from ..core import Problem
 from ..errors import ConfigError
 from ..problems import bundled_problems_dir, load_problems
-from .base import Generation, GenerationRequest, ModelAdapter, SampleSpec
+from .base import Generation, GenerationRequest, ModelAdapter, SampleSpec, refuse_unknown_options
 
 __all__ = [
     "VARIANTS",
@@ -54,7 +54,6 @@ VARIANT_CHOICES: tuple[str, ...] = ("auto", *VARIANTS, "all")
 
 _SOLUTION_RE = re.compile(r"^(\d+)_(.+)\.(" + "|".join(VARIANTS) + r")\.py$")
 _LEVEL_RE = re.compile(r"^level(\d+)$")
-_KNOWN_OPTIONS = frozenset({"variant", "device"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +156,8 @@ class BundledAdapter(ModelAdapter):
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         opts = dict(options or {})
-        unknown = sorted(set(opts) - _KNOWN_OPTIONS)
-        if unknown:
-            raise ConfigError(f"the bundled adapter has no option(s) {', '.join(unknown)}; it takes: "
-                              f"{', '.join(sorted(_KNOWN_OPTIONS))}",
-                              fix=f"drop them, or use -O variant=<{'|'.join(VARIANT_CHOICES)}> "
-                                  "or -O device=cpu|cuda")
+        refuse_unknown_options("bundled", opts, {"variant": f"-O variant=<{'|'.join(VARIANT_CHOICES)}>",
+                                                 "device": "-O device=cpu|cuda"})
         self.variant = str(opts.get("variant") or "auto").strip().lower()
         if self.variant not in VARIANT_CHOICES:
             raise ConfigError(f"unknown bundled variant {self.variant!r}",

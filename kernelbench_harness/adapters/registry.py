@@ -212,7 +212,7 @@ def get_adapter(spec: str, *, options: Mapping[str, Any] | None = None,
     if sep == ":" and prefix == "scripted":
         from .scripted import ScriptedAdapter
 
-        return ScriptedAdapter.from_file(rest, name=opts.get("name"))
+        return ScriptedAdapter.from_file(rest, options=opts)
     if spec == "bundled":
         from .bundled import BundledAdapter
 

@@ -22,7 +22,7 @@ from typing import Any
 from ..core import Problem
 from ..errors import ConfigError
 from ..prompts import extract_code
-from .base import Generation, GenerationRequest, ModelAdapter, SampleSpec
+from .base import Generation, GenerationRequest, ModelAdapter, SampleSpec, refuse_unknown_options
 
 __all__ = ["ReplayAdapter", "StoredGeneration", "read_generations"]
 
@@ -137,10 +137,10 @@ class ReplayAdapter(ModelAdapter):
 
     Args:
         path: the JSONL file.
-        options: ``model`` (name for lines without one; default the file's stem).
+        options: ``model`` (name for lines without one; default the file's stem), the only option.
 
     Raises:
-        ConfigError: the file does not exist or cannot be read.
+        ConfigError: an unknown option; the file does not exist or cannot be read.
     """
 
     is_llm = False
@@ -148,6 +148,7 @@ class ReplayAdapter(ModelAdapter):
 
     def __init__(self, path: str | Path, *, options: Mapping[str, Any] | None = None) -> None:
         opts = dict(options or {})
+        refuse_unknown_options("replay", opts, {"model": "-O model=<name> (the model of lines without one)"})
         self.path = Path(path)
         self.name = f"replay:{path}"
         self.generations = read_generations(self.path, default_model=opts.get("model"))

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..prompts import extract_code
-from .base import Generation, GenerationRequest, ModelAdapter
+from .base import Generation, GenerationRequest, ModelAdapter, refuse_unknown_options
 
 __all__ = ["ScriptedAdapter"]
 
@@ -54,12 +54,21 @@ class ScriptedAdapter(ModelAdapter):
         self.requests: list[GenerationRequest] = []
 
     @classmethod
-    def from_file(cls, path: str | Path, *, name: str | None = None) -> ScriptedAdapter:
+    def from_file(cls, path: str | Path, *, name: str | None = None,
+                  options: Mapping[str, Any] | None = None) -> ScriptedAdapter:
         """Load a JSON script file.
 
+        Args:
+            path: the JSON script.
+            name: the model name stored with results (default ``scripted:<file stem>``).
+            options: adapter options (``-O``); ``name`` (as ``name`` above) is the only one.
+
         Raises:
-            ConfigError: missing file, invalid JSON, or a script of the wrong shape.
+            ConfigError: an unknown option, missing file, invalid JSON, or a script of the wrong shape.
         """
+        opts = dict(options or {})
+        refuse_unknown_options("scripted", opts, {"name": "-O name=<model name>"})
+        name = name or (str(opts["name"]) if opts.get("name") not in (None, "") else None)
         p = Path(path)
         try:
             data = json.loads(p.read_text(encoding="utf-8"))

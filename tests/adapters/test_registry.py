@@ -298,3 +298,16 @@ def test_models_list_cli(monkeypatch):
         res = CliRunner().invoke(cli, ["models", "list", "--offline"])
         assert res.exit_code == 0 and "cuda-agent" in res.output and "usable" in res.output
         assert "set OPENAI_API_KEY" in res.output
+
+
+@pytest.mark.parametrize("kind", ["replay", "scripted"])
+def test_replay_and_scripted_refuse_unknown_options_and_name_the_ones_they_take(tmp_path, kind):
+    """-O modle=x (a typo) for a replay or scripted model was ignored: the run went on under the default name."""
+    path = tmp_path / "g.jsonl"
+    path.write_text('{"level": 1, "problem_id": 1, "code": "x"}\n' if kind == "replay" else json.dumps(["a"]))
+    takes = {"replay": "model", "scripted": "name"}[kind]
+    with pytest.raises(ConfigError, match=f"the {kind} adapter has no option\\(s\\) modle; it takes: {takes}") as ei:
+        get_adapter(f"{kind}:{path}", options={"modle": "x"}, config=CFG)
+    assert f"-O {takes}=" in ei.value.fix
+    a = get_adapter(f"{kind}:{path}", options={takes: "legacy"}, config=CFG)
+    assert (a.generations[0].model if kind == "replay" else a.name) == "legacy"
