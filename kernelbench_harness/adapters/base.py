@@ -95,11 +95,14 @@ class ModelAdapter(ABC):
         is_llm: False for adapters that serve stored code (replay, bundled): the agent loop then
             runs one turn and sends no prompts.
         max_concurrency: cap on requests in flight for this adapter's provider.
+        takes_model_args: False for adapters whose replies do not depend on model arguments (replay,
+            scripted, bundled): ``kbench run`` refuses ``-M`` for them.
     """
 
     name: str = ""
     is_llm: bool = True
     max_concurrency: int = 8
+    takes_model_args: bool = True
 
     def plan(self, problems: Sequence[Problem], samples: int) -> list[SampleSpec]:
         """The samples to evaluate: by default every problem x ``range(samples)`` under ``self.name``.

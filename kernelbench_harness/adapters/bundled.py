@@ -152,6 +152,7 @@ class BundledAdapter(ModelAdapter):
 
     name = "bundled"
     is_llm = False
+    takes_model_args = False
     max_concurrency = 64
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:

@@ -144,6 +144,7 @@ class ReplayAdapter(ModelAdapter):
     """
 
     is_llm = False
+    takes_model_args = False
     max_concurrency = 64
 
     def __init__(self, path: str | Path, *, options: Mapping[str, Any] | None = None) -> None:

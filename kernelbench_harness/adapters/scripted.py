@@ -38,6 +38,7 @@ class ScriptedAdapter(ModelAdapter):
     """
 
     is_llm = True
+    takes_model_args = False  # its replies are the script's, whatever the model arguments
     max_concurrency = 64
 
     def __init__(self, script: Sequence[Reply] | Mapping[str, Sequence[Reply]], *, name: str = "scripted") -> None:

@@ -227,7 +227,8 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
 @click.option("--backend", default="cuda", show_default=True, type=click.Choice(["cuda", "triton"]),
               help="What the prompt asks the model to write.")
 @click.option("-M", "model_args", multiple=True, metavar="KEY=VALUE",
-              help="Model arguments passed to the provider, e.g. -M temperature=0.2 -M max_tokens=8192.")
+              help="Model arguments passed to the provider, e.g. -M temperature=0.2 -M max_tokens=8192 (LLM "
+                   "models only: refused for bundled, replay: and scripted:).")
 @click.option("-O", "--option", "adapter_options", multiple=True, metavar="KEY=VALUE",
               help="Adapter options, e.g. -O base_url=http://host:8000/v1 -O variant=triton.")
 @click.option("--protocol", default="kbench", show_default=True, type=click.Choice(PROTOCOL_NAMES),
@@ -326,6 +327,13 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
     checked: ModelAdapter | None = None
     if not resume:  # a resumed run takes its model from the store
         checked = get_adapter(cfg.model, options=cfg.model_options)  # unknown model, missing replay file, bad -O
+        if cfg.params and not checked.takes_model_args:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"-M {', '.join(sorted(cfg.params))}: model {cfg.model} takes no model arguments "
+                              "(its replies do not come from a model API)",
+                              fix="drop -M; it is for the LLM models: openai/<model>, anthropic/<model>, "
+                                  "google/<model>, local/<name> and their aliases (cuda-agent, claude, gemini, gpt)")
         if isinstance(checked, BundledAdapter):  # the run builds its own, for the device slots' device
             checked = None
     console = Console(stderr=False)

@@ -588,3 +588,19 @@ def test_a_problem_whose_reference_fails_is_scored_apart_not_held_against_the_ca
     assert data["degenerate"] == ["L1/2"]
     l1 = next(g for g in data["metrics"] if g["group"] == "L1")
     assert l1["problems"] == 1 and l1["correct_rate"]["value"] == 1.0
+
+
+@pytest.mark.parametrize("model", ["bundled", "replay", "scripted"])
+def test_model_arguments_for_a_model_that_is_not_an_llm_are_refused(tmp_path, model):
+    """-M temperature=0.2 with bundled, replay: or scripted: was taken and changed nothing."""
+    if model == "replay":
+        (tmp_path / "g.jsonl").write_text(json.dumps({"level": 1, "problem_id": 1, "code": "x"}) + "\n")
+        model = f"replay:{tmp_path / 'g.jsonl'}"
+    elif model == "scripted":
+        (tmp_path / "s.json").write_text(json.dumps(["x"]))
+        model = f"scripted:{tmp_path / 's.json'}"
+    res, _ = _run(tmp_path, "--model", model, "-M", "temperature=0.2", "--level", "1", "--ids", "1", "--gpus", "cpu")
+    assert isinstance(res.exception, ConfigError), res.output
+    assert "-M temperature" in res.exception.message and "takes no model arguments" in res.exception.message
+    assert "drop -M" in res.exception.fix and "openai/<model>" in res.exception.fix
+    assert not (tmp_path / "k.db").exists()
