@@ -22,7 +22,7 @@ def parse_gpus(spec: str | None) -> str | None:
     indices exist is checked later, where the GPUs are counted.
 
     Raises:
-        ConfigError: an empty list or item (``,``, ``0,,1``), a negative or non-numeric index, or
+        ConfigError: an empty value, list or item (``""``, ``,``, ``0,,1``), a negative or non-numeric index, or
             ``cpu`` mixed with indices; the fix lists the accepted forms.
     """
     if spec is None:
@@ -30,6 +30,8 @@ def parse_gpus(spec: str | None) -> str | None:
     parts = [p.strip() for p in spec.split(",")]
     if parts == ["auto"]:
         return "auto"
+    if parts == [""]:
+        raise ConfigError(f"bad --gpus value {spec!r}: empty", fix=f"use {_GPUS_FORMS}")
     if any(not p for p in parts):
         raise ConfigError(f"bad --gpus value {spec!r}: an empty item", fix=f"use {_GPUS_FORMS}")
     if all(p.lower() == "cpu" for p in parts):

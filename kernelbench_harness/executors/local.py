@@ -137,12 +137,12 @@ def resolve_devices(spec: str | None, *, cpu_ok: bool = True) -> list[str]:
         Slot devices like ``["cuda:0", "cuda:1"]`` or ``["cpu"]``.
 
     Raises:
-        ConfigError: a malformed spec (:func:`..executors.parse_gpus`).
+        ConfigError: a malformed spec, the empty string included (:func:`..executors.parse_gpus`).
         PrerequisiteError: GPUs requested where none is visible.
     """
-    if spec not in (None, ""):
+    if spec is not None:  # "" is refused as the CLI refuses --gpus "" (it read as every visible GPU)
         spec = parse_gpus(str(spec))
-    if spec in (None, "", "auto"):
+    if spec in (None, "auto"):
         n = _gpu_count()
         return [f"cuda:{i}" for i in range(n)] if n else (["cpu"] if cpu_ok else [])
     idx = spec.split(",")

@@ -173,6 +173,19 @@ def test_resolve_devices_checks_the_same_gpus_syntax_as_the_cli():
     assert local.resolve_devices("cpu, CPU") == ["cpu", "cpu"]
 
 
+@pytest.mark.parametrize("empty", ["", " "])
+def test_resolve_devices_refuses_an_empty_spec_and_names_the_accepted_forms(empty):
+    """resolve_devices("") read as "auto" (every visible GPU) where the CLI refuses --gpus ""; None is still every
+    visible GPU, else the CPU (the CLI's default)."""
+    from kernelbench_harness.errors import ConfigError
+    from kernelbench_harness.executors import local
+
+    with pytest.raises(ConfigError, match=f"bad --gpus value {empty!r}: empty") as ei:
+        local.resolve_devices(empty)
+    assert "--gpus 0,1" in ei.value.fix and "--gpus cpu" in ei.value.fix and "leave --gpus out" in ei.value.fix
+    assert local.resolve_devices(None) == local.resolve_devices("auto")
+
+
 def test_the_gpu_count_comes_from_nvml_without_a_child_and_falls_back_to_one(monkeypatch):
     """NVML's count needs no child process (whose fresh ``import torch`` took about 4.5 s of an H200 run's
     start-up in session 24); when NVML cannot answer (-1, or the helper fails) a child asks CUDA."""
