@@ -313,6 +313,9 @@ def run_cmd(model: str, problems: str | None, level: str | None, ids: str | None
                                "per GPU): drop them, or use --executor local")
     parse_id_ranges(ids)
     check_problems_source(problems)
+    from ..store import normalize_db_url
+
+    normalize_db_url(db)  # a back end or driver kbench cannot use, before anything is made (the build cache)
     cfg = RunConfig(model=model, run_name=run_name, problems=problems, levels=parse_levels(level), ids=ids,
                     samples=samples, turns=turns, backend=backend, params=parse_kv(model_args, "-M value"),
                     model_options=parse_kv(adapter_options, "-O value", "variant=triton"), protocol=protocol, precision=precision,
@@ -384,6 +387,9 @@ def baseline_cmd(problems: str | None, level: str | None, ids: str | None, proto
     protocol timing settings and precision all match exactly.
     """
     gpus = parse_gpus(gpus)
+    from ..store import normalize_db_url
+
+    normalize_db_url(db)
     modes = tuple(m.strip() for m in compile_modes.split(",") if m.strip())
     proto = get_protocol(protocol, precision, **{**parse_kv(protocol_options, "-P value", "placements=4"), "baseline_modes": modes})
     check_problems_source(problems)

@@ -255,7 +255,9 @@ def normalize_db_url(url: str | None) -> str:
 
     Raises:
         ConfigError: when ``url`` cannot be parsed, names a back end other than SQLite or PostgreSQL
-            (``mysql://...``), or a driver SQLAlchemy does not know (``postgresql+nosuch://``).
+            (``mysql://...``), a driver SQLAlchemy does not know (``postgresql+nosuch://``), or an asyncio
+            driver (``postgresql+asyncpg://``, ``+psycopg_async``, ``sqlite+aiosqlite://``; the fix names the
+            synchronous form).
     """
     if url is None or str(url).strip() == "":
         return DEFAULT_DB_URL
@@ -278,12 +280,19 @@ def normalize_db_url(url: str | None) -> str:
             fix=f"pass --db as {_URL_FORMS}",
         )
     try:
-        parsed.get_dialect()  # an unknown driver name; a missing driver package is found when the engine is made
+        dialect = parsed.get_dialect()  # an unknown driver name; a missing driver package is found when the engine is made
     except NoSuchModuleError:
         raise ConfigError(
             f"unknown {backend} driver {parsed.get_driver_name()!r} in {safe}",
             fix=f"pass --db as {_URL_FORMS} (the default driver)",
         ) from None
+    if getattr(dialect, "is_async", False):  # asyncpg, psycopg_async, aiosqlite: the store's engine is not async
+        sync = parsed.set(drivername=backend).render_as_string(hide_password=True)
+        raise ConfigError(
+            f"the {backend} driver {parsed.get_driver_name()!r} in {safe} is an asyncio driver, and kbench's "
+            "store connects synchronously",
+            fix=f"pass --db in its synchronous form: {sync}",
+        )
     return url
 
 

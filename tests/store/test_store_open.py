@@ -55,6 +55,26 @@ def test_an_unknown_driver_name_and_the_postgres_spelling():
     assert normalize_db_url("postgres+psycopg://u@h/db") == "postgresql+psycopg://u@h/db"
 
 
+@pytest.mark.parametrize("url,sync", [
+    ("postgresql+asyncpg://u:s3cret@db.example:5432/kb", "postgresql://u:***@db.example:5432/kb"),
+    ("postgresql+psycopg_async://u@db.example/kb", "postgresql://u@db.example/kb"),
+    ("postgres+asyncpg://u@db.example/kb", "postgresql://u@db.example/kb"),
+    ("sqlite+aiosqlite:///results/x.db", "sqlite:///results/x.db"),
+])
+def test_an_asyncio_driver_is_refused_with_the_synchronous_url(tmp_path, monkeypatch, url, sync):
+    """postgresql+asyncpg:// was taken as a driver to install (pip install asyncpg), and with it installed the
+    synchronous engine could not use it; nothing may be created on the way (aiosqlite: no file)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as ex:
+        Store(url)
+    assert "is an asyncio driver" in ex.value.message and ex.value.fix == f"pass --db in its synchronous form: {sync}"
+    assert "s3cret" not in str(ex.value)
+    res = CliRunner().invoke(cli, ["run", "--db", url, "--level", "1", "--ids", "1", "--gpus", "cpu",
+                                   "--display", "plain", "--no-report"])
+    assert isinstance(res.exception, ConfigError) and "asyncio driver" in res.exception.message
+    assert list(tmp_path.iterdir()) == []
+
+
 def _foreign_db(path: Path) -> None:
     """Another program's SQLite file, in the default (rollback) journal mode."""
     conn = sqlite3.connect(path)
