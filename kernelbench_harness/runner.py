@@ -470,8 +470,6 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         # one folder of prebuilt extensions, written by the build pool and read by every device slot (an
         # unusable one is an error before the store exists)
         build_cache = extension_cache_dir(cfg)
-        if store is None:
-            store, stored = open_store(cfg)
 
         def plan(ad: ModelAdapter) -> tuple[tuple[str, ...], dict[tuple[int, int, str, int], int],
                                             list[tuple[SampleSpec, int]], int]:
@@ -497,6 +495,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                                   skipped_done=skipped, wall_s=time.perf_counter() - t_run, phase_s={},
                                   problem_issues=tuple(f"{i.path}: {i.reason}" for i in ps.issues),
                                   unanswered=unanswered)
+        if store is None:  # a new run opens (and may create) the store once it has something to evaluate
+            store, stored = open_store(cfg)
         if stored is not None:  # this process runs it now: a second --resume is refused until it ends
             store.claim_run(run_name)
             heartbeat = Heartbeat(store, run_name)

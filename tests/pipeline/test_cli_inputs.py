@@ -94,7 +94,22 @@ def test_a_replay_with_no_usable_line_is_an_error_and_stores_no_run(tmp_path):
     assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
     assert "has no sample" in str(res.exception) and res.exception.fix
     runs = CliRunner().invoke(cli, ["runs", "list", "--db", db])
-    assert "no runs yet" in runs.output
+    assert "no results database" in str(runs.exception)
+    assert not (tmp_path / "k.db").exists()  # nothing to evaluate creates no database file
+
+
+def test_a_replay_with_nothing_to_evaluate_leaves_an_existing_database_as_it_was(tmp_path):
+    from kernelbench_harness.store import Store
+
+    db_file = tmp_path / "k.db"
+    with Store(f"sqlite:///{db_file}") as st:
+        st.create_run("kept", model="bundled", protocol={"name": "kbench"}, config={}, hardware={}, problems=[])
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    gens = tmp_path / "g.jsonl"
+    gens.write_text(json.dumps({"level": 9, "problem_id": 1, "code": "x"}) + "\n")  # no selected problem
+    res, db = _run(tmp_path, "--model", f"replay:{gens}", "--level", "1", "--ids", "1", "--run-name", "new")
+    assert isinstance(res.exception, ConfigError) and "nothing to evaluate" in str(res.exception)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p != gens} == before
 
 
 def test_a_cuda_candidate_on_a_cpu_run_says_it_needs_a_gpu(tmp_path):
