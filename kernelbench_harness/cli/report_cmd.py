@@ -1,4 +1,6 @@
-"""Commands that read the store: ``report``, ``export``, ``show``, ``runs list``, ``leaderboard``, ``baselines``."""
+"""Commands that read the store: ``report``, ``export``, ``show``, ``runs list``, ``leaderboard``, ``baselines``;
+and ``db upgrade``, which brings an older store's schema up to this kbench's (the read-only commands open the
+store read-only and never upgrade it)."""
 
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ _DB_HELP = (
 
 
 def _store(db: str | None):  # type: ignore[no-untyped-def]
+    """The store opened read-only: a running sweep's writes never wait for it, and a read-only file is fine."""
     from ..store import Store
 
-    return Store(db, create=False)
+    return Store(db, read_only=True)
 
 
 def _parse_problem(spec: str) -> tuple[int, int]:
@@ -401,7 +404,25 @@ def baselines_list_cmd(db: str | None) -> None:
                    f"{'measured' if g['measured_here'] else 'imported'}  {g['gpu']}")
 
 
+@click.group("db")
+def db_group() -> None:
+    """The results store itself."""
+
+
+@db_group.command("upgrade")
+@click.option("--db", default=None, help=_DB_HELP)
+def db_upgrade_cmd(db: str | None) -> None:
+    """Upgrade the store's schema to this kbench's (read-only commands refuse an older one; runs upgrade it too).
+
+    Older kbench versions cannot open the store afterwards.
+    """
+    from ..store import Store
+
+    with Store(db, create=False) as store:  # opening for writing upgrades it, in one transaction
+        click.echo(f"{store.safe_url} is at schema revision {store.schema_revision()}")
+
+
 def register(group: click.Group) -> None:
     """Add this module's commands to the ``kbench`` group."""
-    for cmd in (report_cmd, export_cmd, show_cmd, runs_group, leaderboard_cmd, baselines_group):
+    for cmd in (report_cmd, export_cmd, show_cmd, runs_group, leaderboard_cmd, baselines_group, db_group):
         group.add_command(cmd)

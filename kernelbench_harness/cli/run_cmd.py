@@ -139,7 +139,7 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
 
     from ..reporting.data import run_problem_flags, scored_apart
 
-    st = Store(db)
+    st = Store(db, read_only=True)  # the run migrated it; another sweep's writes need not wait for this
     try:
         frame = st.results_frame(s.run_name)
         problems = st.run_problems(s.run_name)

@@ -363,7 +363,7 @@ def render_run_report(
     """
     from ..store import Store
 
-    with Store(db, create=False) as store:
+    with Store(db, read_only=True) as store:
         return write_run_report(store, run_name, out_dir, flags=flags, n_resamples=n_resamples)
 
 

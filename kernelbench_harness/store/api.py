@@ -313,6 +313,27 @@ def _foreign_file_error(safe_url: str, tables: Sequence[str]) -> StoreError:
     )
 
 
+def _sqlite_readonly_uri(path: Path) -> str:
+    """An ``sqlite3`` URI that opens ``path`` read-only, taking no lock a writer waits for and writing nothing.
+
+    ``mode=ro`` reads beside a running writer through the WAL index (``-shm``), which SQLite creates when it is
+    missing. Where this process cannot write the file or its folder (a chmod 0444 store, a read-only mount)
+    and no ``-wal`` file with content lies beside it (a WAL writer keeps one while it runs), the file is
+    opened ``immutable``: no ``-shm`` is needed or made (``mode=ro`` fails there: "attempt to write a
+    readonly database").
+    """
+    import os
+
+    p = path.resolve()
+    wal = p.with_name(p.name + "-wal")
+    try:
+        wal_in_use = wal.stat().st_size > 0
+    except OSError:
+        wal_in_use = False
+    unwritable = not os.access(p, os.W_OK) or not os.access(p.parent, os.W_OK | os.X_OK)
+    return f"{p.as_uri()}?mode=ro" + ("&immutable=1" if unwritable and not wal_in_use else "")
+
+
 def _check_sqlite_file(path: Path, safe_url: str) -> None:
     """Refuse an existing file that is another program's SQLite database, or no database at all.
 
@@ -327,7 +348,7 @@ def _check_sqlite_file(path: Path, safe_url: str) -> None:
     if not path.is_file() or path.stat().st_size == 0:  # a new (or empty) file: the store creates its schema
         return
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=_SQLITE_BUSY_MS / 1000)
+        conn = sqlite3.connect(_sqlite_readonly_uri(path), uri=True, timeout=_SQLITE_BUSY_MS / 1000)
         try:
             tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
                             if not r[0].startswith("sqlite_"))
@@ -394,6 +415,42 @@ def _upgrade(engine: Engine, url: str, safe_url: str, revision: str) -> None:
             except CommandError as e:
                 raise StoreError(f"cannot migrate {safe_url}: {e}") from None
             log.info("results store %s migrated to %s", safe_url, revision)
+
+
+def _check_revision(engine: Engine, url: str, safe_url: str) -> None:
+    """Check, without writing, that the schema behind ``engine`` is this kbench's latest (for read-only opens).
+
+    Raises:
+        StoreError: the database holds no kbench schema, an older revision (the fix names ``kbench db
+            upgrade``), or a revision this kbench does not know.
+    """
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(_alembic_config(url))
+    known = {rev.revision for rev in script.walk_revisions()}
+    head = script.get_current_head()
+    with engine.connect() as conn:
+        current = set(MigrationContext.configure(conn).get_current_heads())
+    if current == {head}:
+        return
+    unknown = current - known
+    if unknown:
+        raise StoreError(
+            f"the results database {safe_url} has schema revision {', '.join(sorted(unknown))}, "
+            f"newer than this kbench knows (latest known: {head})",
+            fix="upgrade kbench (pip install -U kernelbench-harness) to read it, or pass --db with another database",
+        )
+    if not current:
+        raise StoreError(f"the results database {safe_url} is empty: it holds no runs yet",
+                         fix="run `kbench run` first, or pass --db with the URL of your store")
+    db_arg = "--db <its URL>" if "***" in safe_url else f"--db {safe_url}"
+    raise StoreError(
+        f"the results database {safe_url} has schema revision {', '.join(sorted(current))}, older than this "
+        f"kbench's ({head}); this command only reads the store and does not upgrade it",
+        fix=f"upgrade it with `kbench db upgrade {db_arg}` (a `kbench run` on it upgrades it too; older kbench "
+            "versions cannot read it afterwards), then run this command again",
+    )
 
 
 def upgrade_schema(url: str | None, revision: str = "head") -> None:
@@ -541,8 +598,12 @@ class Store:
             directory (its folder is created). ``postgresql+psycopg://user@host:5432/db`` for
             PostgreSQL (a bare ``postgresql://`` gets the psycopg driver); a search path can be
             passed as ``?options=-csearch_path%3Dmyschema``.
-        create: when False, a missing SQLite file raises instead of being created (for read-only
-            commands such as ``kbench report``).
+        create: when False, a missing SQLite file raises instead of being created.
+        read_only: open for reading only (``kbench report``, ``runs list``, ``leaderboard``...): nothing is
+            created, migrated or written, and no lock is taken that a running sweep's writes wait for; an
+            SQLite file opens read-only (a chmod 0444 file, a read-only folder), and a schema older than this
+            kbench's is an error naming ``kbench db upgrade`` instead of being upgraded. Writing methods raise
+            :class:`StoreError`.
 
     Raises:
         ConfigError: the URL is not an SQLite or PostgreSQL one (see :func:`normalize_db_url`).
@@ -557,25 +618,30 @@ class Store:
     so readers (a report being built) never block the writing run.
     """
 
-    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+    def __init__(self, url: str | None = None, *, create: bool = True, read_only: bool = False) -> None:
         self.url = normalize_db_url(url)
         self.dialect = make_url(self.url).get_backend_name()
+        self.read_only = read_only
         path = _sqlite_path(self.url)
         if path is not None:
-            if not path.exists() and not create:
+            if not path.exists() and (not create or read_only):
                 raise StoreError(
                     f"no results database at {path}",
                     fix="run `kbench run` first, or pass --db with the URL of your store",
                 )
             _check_sqlite_file(path, self.safe_url)  # before the engine's first connection writes to it
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise StoreError(f"cannot create the folder of the results database {path}: {e.strerror}",
-                                 fix="pass --db with a path in a folder you can write") from None
-        self._engine = self._make_engine(self.url)
+            if not read_only:
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise StoreError(f"cannot create the folder of the results database {path}: {e.strerror}",
+                                     fix="pass --db with a path in a folder you can write") from None
+        self._engine = self._make_engine(self.url, readonly_path=path if read_only else None)
         try:
-            self._migrate()
+            if read_only:
+                _check_revision(self._engine, self.url, self.safe_url)
+            else:
+                self._migrate()
         except DatabaseError as e:  # OperationalError among them: unreachable, unwritable, not a database
             self._engine.dispose()
             raise StoreError(
@@ -595,9 +661,15 @@ class Store:
         return make_url(self.url).render_as_string(hide_password=True)
 
     @staticmethod
-    def _make_engine(url: str) -> Engine:
+    def _make_engine(url: str, *, readonly_path: Path | None = None) -> Engine:
         kw: dict[str, Any] = {"json_serializer": _jsonsafe.dumps, "json_deserializer": _jsonsafe.loads}
-        if make_url(url).get_backend_name() == "sqlite":
+        if readonly_path is not None:  # SQLite, read-only: the file opened by a URI (mode=ro or immutable)
+            import sqlite3
+
+            uri = _sqlite_readonly_uri(readonly_path)
+            kw["creator"] = lambda: sqlite3.connect(uri, uri=True, timeout=_SQLITE_BUSY_MS / 1000,
+                                                    check_same_thread=False)
+        elif make_url(url).get_backend_name() == "sqlite":
             kw["connect_args"] = {"timeout": _SQLITE_BUSY_MS / 1000, "check_same_thread": False}
         else:
             kw["pool_pre_ping"] = True
@@ -626,7 +698,8 @@ class Store:
                 cur = dbapi_conn.cursor()
                 cur.execute("PRAGMA foreign_keys=ON")
                 cur.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_MS}")
-                cur.execute("PRAGMA journal_mode=WAL")
+                if readonly_path is None:
+                    cur.execute("PRAGMA journal_mode=WAL")
                 cur.close()
 
             @event.listens_for(engine, "begin")
@@ -648,7 +721,14 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
-        """A session inside one write transaction: committed on exit, rolled back on error."""
+        """A session inside one write transaction: committed on exit, rolled back on error.
+
+        Raises:
+            StoreError: the store was opened read-only.
+        """
+        if self.read_only:
+            raise StoreError(f"the results database {self.safe_url} was opened read-only",
+                             fix="open it with Store(url) to write")
         with self._engine.connect() as conn:
             conn.execution_options(kbench_write=True)
             with conn.begin(), Session(bind=conn, expire_on_commit=False, autoflush=True) as s:
