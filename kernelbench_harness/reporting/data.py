@@ -387,6 +387,9 @@ def build_run_data(
                 "run_name": info.run_name,
                 "model": info.model,
                 "status": info.status,
+                # why it reads so (a running run's runner, an interrupted one's gone runner), and how to continue it
+                "status_note": info.status_note,
+                "resume_command": _resume_command(info) if info.status == "interrupted" else "",
                 "created_at": info.created_at,
                 "finished_at": info.finished_at,
                 "protocol_name": info.protocol_name,
@@ -426,6 +429,16 @@ def build_run_data(
             "problems": rows,
         }
     )
+
+
+def _resume_command(info: Any) -> str:
+    """The command that continues ``info``'s run, with the ``--db`` it was started with (none: the default); as
+    :func:`kernelbench_harness.runner.resume_command` writes it (not imported: the runner imports torch)."""
+    import shlex
+
+    db = ((info.config or {}).get("run_config") or {}).get("db")
+    return f"kbench run --run-name {shlex.quote(info.run_name)} --resume" + (
+        f" --db {shlex.quote(db)}" if isinstance(db, str) and db else "")
 
 
 def _problem_set_id(problems: list[Problem]) -> str:

@@ -149,3 +149,33 @@ def test_the_leaderboard_marks_cpu_rows_and_groups(store, tmp_path):
     assert "CPU-timed: speedups are not GPU kernels" in html
     # the run's own report inside the site carries the banner too
     assert BANNER in (tmp_path / "site" / "runs" / "cpu-run" / "index.html").read_text(encoding="utf-8")
+
+
+def test_an_interrupted_runs_report_says_why_and_how_to_continue_it(tmp_path):
+    """The reason a run reads as interrupted (its runner gone) was shown only by `kbench runs list`; the run's
+    report said "interrupted" alone."""
+    import html
+
+    from sqlalchemy import update
+
+    from kernelbench_harness.store.liveness import current_runner
+    from kernelbench_harness.store.models import RunRow
+
+    st = Store(f"sqlite:///{tmp_path / 'k.db'}")
+    try:
+        st.create_run("cut run", model="m", protocol=get_protocol("kbench").to_dict(),
+                      config={"run_config": {"db": "sqlite:///my results.db"}}, hardware=GPU, problems=[_problem(1)])
+        machine, ticks = current_runner().start.rsplit("/", 1)
+        with st._write() as s:  # this process's pid with another start time: a runner that is gone
+            s.execute(update(RunRow).where(RunRow.run_name == "cut run")
+                      .values(runner_start=f"{machine}/{int(ticks) + 1}"))
+        info = st.get_run("cut run")
+        assert info.status == "interrupted" and "runner gone" in info.status_note
+        page = html.unescape((write_run_report(st, "cut run", tmp_path / "rep", n_resamples=20)).read_text())
+    finally:
+        st.close()
+    note = re.search(r'<p class="note" id="run-status">(.*?)</p>', page, re.DOTALL)
+    assert note is not None
+    text = re.sub(r"<[^>]+>", "", note.group(1))
+    assert f"This run is interrupted ({info.status_note})" in text
+    assert "Continue it with kbench run --run-name 'cut run' --resume --db 'sqlite:///my results.db'." in text
