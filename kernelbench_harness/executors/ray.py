@@ -63,11 +63,15 @@ class RayExecutor(Executor):
         options: as for :class:`~.local.LocalExecutor`.
 
     Raises:
+        ConfigError: ``gpus`` is not a ``--gpus`` value (:func:`~kernelbench_harness.executors.parse_gpus`).
         PrerequisiteError: Ray is not installed, or the cluster cannot be reached.
     """
 
     def __init__(self, address: str | None = None, gpus: str | None = None,
                  options: dict[str, Any] | None = None) -> None:
+        from . import parse_gpus
+
+        spec = parse_gpus(gpus)  # before Ray starts: "" was every GPU of the cluster, "auto" one GPU slot
         try:
             import ray
         except ImportError:
@@ -91,7 +95,7 @@ class RayExecutor(Executor):
             self._owns_ray = True
         res = ray.cluster_resources()
         n_gpu = int(res.get("GPU", 0))
-        parts = [p.strip() for p in (gpus or "").split(",") if p.strip()]
+        parts = [] if spec in (None, "auto") else spec.split(",")
         if parts and all(p == "cpu" for p in parts):
             devices = ["cpu"] * len(parts)
         elif parts:

@@ -186,6 +186,53 @@ def test_resolve_devices_refuses_an_empty_spec_and_names_the_accepted_forms(empt
     assert local.resolve_devices(None) == local.resolve_devices("auto")
 
 
+def test_the_ray_executor_checks_gpus_as_the_cli_does_before_ray_starts(monkeypatch):
+    """RayExecutor parsed --gpus on its own: "" was every GPU of the cluster, "0,,1" two slots, and "auto" one GPU
+    slot (so a one-CPU-node cluster refused it: "1 GPU slots requested"). It now uses parse_gpus, before Ray starts,
+    and "auto" is every GPU of the cluster, as None is."""
+    from kernelbench_harness.errors import ConfigError
+    from kernelbench_harness.executors import ray as ray_executor
+
+    class FakeRay:
+        """Enough of ray for the constructor: a cluster of 2 GPUs whose actors answer fingerprint()."""
+
+        inits = 0
+
+        def is_initialized(self):
+            return True
+
+        def init(self, **kw):
+            FakeRay.inits += 1
+
+        def cluster_resources(self):
+            return {"GPU": 2, "CPU": 8}
+
+        def remote(self, cls):
+            class Handle:
+                def options(self, **kw):
+                    return self
+
+                def remote(self, device, opts):
+                    h = type("A", (), {})()
+                    h.device = device
+                    h.fingerprint = type("F", (), {"remote": staticmethod(lambda: {"ray_node": "n0"})})()
+                    return h
+            return Handle()
+
+        def get(self, refs, timeout=None):
+            return list(refs)
+
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", FakeRay())
+    for bad in ("", ",", "0,,1", "-1"):
+        with pytest.raises(ConfigError, match="bad --gpus value"):
+            ray_executor.RayExecutor(gpus=bad)
+    assert len(ray_executor.RayExecutor(gpus="auto").slots) == 2
+    assert len(ray_executor.RayExecutor(gpus=None).slots) == 2
+    assert [s["device"] for s in ray_executor.RayExecutor(gpus="cpu,cpu").slots] == ["ray:n0:cpu"] * 2
+
+
 def test_the_gpu_count_comes_from_nvml_without_a_child_and_falls_back_to_one(monkeypatch):
     """NVML's count needs no child process (whose fresh ``import torch`` took about 4.5 s of an H200 run's
     start-up in session 24); when NVML cannot answer (-1, or the helper fails) a child asks CUDA."""
