@@ -634,14 +634,16 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             return res
 
         def _after(problem: Problem, c: Candidate, res: EvalResult) -> EvalResult:
-            if needs_build(c.source) and (res.extra.get("build") or {}).get("built"):
+            raw = (res.extra.get("build") or {}).get("built")
+            slot_built = [b for b in raw if isinstance(b, dict) and not b.get("private")] if isinstance(raw, list) else []
+            if needs_build(c.source) and slot_built:
                 # the pool built (or found) this candidate's extensions, yet the slot compiled again:
-                # the cache keys differ between the two (a different arch list, compiler flags...)
+                # the cache keys differ between the two (a different arch list, compiler flags...). Private
+                # extensions (not self-contained: build.shared_build_args) are never cached: each slot compiles them
                 pool.stats["slot_builds"] = pool.stats.get("slot_builds", 0) + 1  # type: ignore[union-attr]
                 if pool.stats["slot_builds"] == 1:  # type: ignore[union-attr]
                     log.warning("a device slot compiled an extension that the build pool had built: the "
-                                "extension cache missed (%s)", ", ".join(b.get("name", "") for b in
-                                                                       res.extra["build"]["built"]))
+                                "extension cache missed (%s)", ", ".join(str(b.get("name", "")) for b in slot_built))
             if res.candidate is not None:
                 prog.total("time", 1)
                 prog.advance("time")

@@ -184,7 +184,9 @@ def _print_summary(console: Console, s: RunSummary, db: str | None) -> None:
         b = s.build_stats
         console.print(f"builds: {b.get('built', 0)} compiled, {b.get('cached', 0)} from cache, "
                       f"{b.get('compile_error', 0)} compile errors, {b.get('compile_s', 0.0):.0f} s compiling"
-                      + (f", {b['pch_used']} with a precompiled torch/extension.h" if b.get("pch_used") else ""))
+                      + (f", {b['pch_used']} with a precompiled torch/extension.h" if b.get("pch_used") else "")
+                      + (f", {b['private']} not self-contained (compiled by each of its candidate's processes, never "
+                         "cached)" if b.get("private") else ""))
         if b.get("slot_builds"):
             console.print(f"[yellow]{b['slot_builds']} candidate(s) compiled again in the device slot: the "
                           "extension cache missed (see the log); set KBENCH_CUDA_ARCH_LIST if the pool and "

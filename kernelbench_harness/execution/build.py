@@ -8,8 +8,14 @@ Before a candidate's module is imported, :func:`install_build_hooks` replaces
   that both call their extension ``fast_op`` can never load each other's code (EXPLOITS K-26), and
   identical kernels share one build;
 - build into the candidate's private build folder (never a shared folder it could poison);
-- load a prebuilt binary (``<cache>/kb_<hash>/<module>.so``) from the read-only cache folder when one exists (filled by the trusted
-  side from earlier build processes), so an identical kernel is never compiled twice;
+- load a prebuilt binary (``<cache>/kb_<hash>/<module>.so``) from the read-only cache folder when one exists, so an
+  identical kernel is never compiled twice. Only the trusted build pool fills that cache, and only with binaries it
+  had compiled from inputs it holds: in a build pool process, a ``load_inline`` call that is self-contained
+  (:func:`shared_build_args`: its sources' text and whitelisted flags, nothing read from files) is sent to the pool
+  as those inputs, the pool names it and compiles it in a process of its own that never runs candidate code
+  (:func:`compile_shared_extension`), and the call then loads the result from the cache. Any other call (``load()``
+  of files, include paths, flags outside the whitelist) is compiled in the candidate's private folder, and what
+  it makes never leaves that process;
 - compile first without ``<torch/all.h>`` (the C++ frontend), which is most of the compile time of a
   typical kernel; a source that needs it is compiled again exactly as written;
 - in that first compile, give the binding file (``main.cpp``, which starts with
@@ -43,7 +49,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["CandidateBuildError", "BuildRecord", "install_build_hooks", "extension_key", "CountingModule",
-           "with_no_gpu_hint", "binding_command", "build_pch", "pch_enabled", "PCH_SAFE_CFLAG"]
+           "with_no_gpu_hint", "binding_command", "build_pch", "pch_enabled", "PCH_SAFE_CFLAG", "shared_build_args",
+           "compile_shared_extension"]
 
 
 class CandidateBuildError(RuntimeError):
@@ -139,9 +146,10 @@ def target_arch_list(compute_capability: str | tuple[int, int] | None) -> str | 
     return f"{compute_capability[0]}.{compute_capability[1]}"
 
 
-def extension_key(kind: str, bound: dict[str, Any]) -> str:
+def extension_key(kind: str, bound: dict[str, Any], *, arch: str | None = None) -> str:
     """Content hash of a load_inline/load call: every argument that changes the binary, plus the
-    torch version and ``TORCH_CUDA_ARCH_LIST``. ``name``, ``build_directory`` and ``verbose`` excluded."""
+    torch version and ``TORCH_CUDA_ARCH_LIST`` (``arch``, default: this process's variable). ``name``,
+    ``build_directory`` and ``verbose`` excluded."""
     import torch
 
     items = {k: v for k, v in bound.items() if k not in ("name", "build_directory", "verbose", "keep_intermediates")}
@@ -151,7 +159,7 @@ def extension_key(kind: str, bound: dict[str, Any]) -> str:
             srcs = [srcs]
         items["sources"] = [(Path(s).suffix, _file_text(s)) for s in srcs]
     items["__torch__"] = torch.__version__
-    items["__arch__"] = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    items["__arch__"] = os.environ.get("TORCH_CUDA_ARCH_LIST", "") if arch is None else arch
     blob = json.dumps(items, sort_keys=True, default=repr).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
 
@@ -181,6 +189,133 @@ def pch_request_ok(request: Any) -> bool:
     return (not request.get("extra_include_paths") and isinstance(request.get("with_cuda"), bool)
             and len(real) <= PCH_MAX_FLAGS and len(set(real)) == len(real)
             and all(PCH_SAFE_CFLAG.fullmatch(f.strip()) for f in flags))
+
+
+#: a token of a flag in a shared build: no path, space, quote, response file or shell or ninja character (torch
+#: joins the flags of its build file with spaces, unquoted, and the build file's commands run in a shell)
+_FLAG_TOKEN = re.compile(r"[A-Za-z0-9_=+,.:-]+")
+#: host compiler flags of a shared build: optimisation, macros, language standard, warnings, code generation
+#: (-f and -m switches but plugins, profiles and module mappers, which read files or run programs), debug info
+_HOST_FLAG = re.compile(r"-O[0-3sgz]?|-Ofast|-D[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.+:-]*)?|-U[A-Za-z_][A-Za-z0-9_]*"
+                        r"|--?std=(c|gnu)\+\+[0-9][0-9a-z]|-w|-W[a-z][a-z0-9=+-]*|-pthread|-pedantic|-g[0-3]?"
+                        r"|-f(?!plugin|profile|auto-profile|module|self-test)[a-z][a-z0-9-]*(=[A-Za-z0-9_.+-]+)?"
+                        r"|-m[a-z][a-z0-9=.-]*")
+_ARCH = r"(sm|compute|lto)_[0-9]+[af]?"
+#: nvcc's own flags of a shared build (its host flags also pass, through _HOST_FLAG)
+_NVCC_FLAG = re.compile(r"--?use_fast_math|--?expt-relaxed-constexpr|--?expt-extended-lambda|--?extended-lambda"
+                        r"|-lineinfo|--generate-line-info|-G|--device-debug|--?res-usage|--resource-usage|--?restrict"
+                        r"|--?(ftz|prec-div|prec-sqrt|fmad)=(true|false)|--?maxrregcount=[0-9]+|(-t|--threads)=[0-9]+"
+                        r"|--default-stream=(per-thread|legacy|null)|--?diag-suppress=[0-9,]+|--display-error-number"
+                        r"|-rdc=(true|false)|--relocatable-device-code=(true|false)"
+                        rf"|(-arch|--gpu-architecture|-code|--gpu-code)=({_ARCH}(,{_ARCH})*|native|all|all-major)"
+                        rf"|(-gencode|--generate-code)=arch=compute_[0-9]+[af]?,code=({_ARCH}|\[{_ARCH}(,{_ARCH})*\])")
+#: options to ptxas (``-Xptxas=...``): verbosity, optimisation, spill warnings, cache and register settings
+_PTXAS_FLAG = re.compile(r"-v|--verbose|-O[0-3]|--?warn-on-spills|-warn-spills|--?warn-on-local-memory-usage"
+                         r"|-warn-lmem-usage|--?allow-expensive-optimizations(=(true|false))?|-dlcm=c[ag]"
+                         r"|--?def-load-cache=[a-z]+|--?maxrregcount=[0-9]+|--opt-level=[0-3]")
+#: linker flags of a shared build: libraries found on the compiler's own search path, no folders
+_LD_FLAG = re.compile(r"-l[A-Za-z0-9_+.-]+|-pthread|-fopenmp|-O[0-3]|-Wl,--(no-)?as-needed")
+#: nvcc options whose value may be the next list entry (``["-Xptxas", "-v"]``)
+_NVCC_VALUED = ("-Xptxas", "--ptxas-options", "-Xcompiler", "--compiler-options", "-gencode", "--generate-code",
+                "-arch", "--gpu-architecture", "-code", "--gpu-code", "-t", "--threads", "-maxrregcount",
+                "--maxrregcount")
+#: load_inline arguments a shared build compiles from (any other one makes the call private)
+_SHARED_ARGS = frozenset({"cpp_sources", "cuda_sources", "sycl_sources", "functions", "extra_cflags",
+                          "extra_cuda_cflags", "extra_sycl_cflags", "extra_ldflags", "extra_include_paths", "with_cuda",
+                          "with_sycl", "is_python_module", "with_pytorch_error_handling", "keep_intermediates",
+                          "use_pch", "no_implicit_headers"})
+#: load_inline arguments that name or place the build, not what it makes
+_UNSHARED_ARGS = ("name", "build_directory", "verbose")
+
+
+def _flag_ok(token: str, kind: str) -> bool:
+    if kind == "ld":
+        return bool(_LD_FLAG.fullmatch(token))
+    if _HOST_FLAG.fullmatch(token):
+        return True
+    if kind != "cuda":
+        return False
+    opt, _, value = token.partition("=")
+    if opt in ("-Xptxas", "--ptxas-options"):
+        return all(_PTXAS_FLAG.fullmatch(v) for v in value.split(","))
+    if opt in ("-Xcompiler", "--compiler-options"):
+        return all(_HOST_FLAG.fullmatch(v) for v in value.split(","))
+    return bool(_NVCC_FLAG.fullmatch(token))
+
+
+def _flags_ok(flags: Any, kind: str) -> bool:
+    """Whether every flag of a list is one a shared build accepts (each entry split at spaces, as the shell that
+    runs torch's build file splits it; an nvcc option's value may be the next entry)."""
+    if flags is None:
+        return True
+    if not isinstance(flags, (list, tuple)) or len(flags) > 64 or not all(isinstance(f, str) for f in flags):
+        return False
+    tokens = [t for f in flags for t in f.strip().split(" ") if t]
+    if any(not _FLAG_TOKEN.fullmatch(t) for t in tokens):
+        return False
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if kind == "cuda" and token in _NVCC_VALUED and i + 1 < len(tokens):
+            token, i = f"{token}={tokens[i + 1]}", i + 1
+        if not _flag_ok(token, kind):
+            return False
+        i += 1
+    return True
+
+
+def _texts_ok(value: Any, *, required: bool = False) -> bool:
+    if value is None or isinstance(value, str):
+        return value is not None or not required
+    return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+
+
+def shared_build_args(bound: Any) -> dict[str, Any] | None:
+    """The arguments of a ``load_inline`` call as the build pool compiles them into the shared cache, or None when
+    the call is not self-contained: its binary would depend on something besides these arguments' text.
+
+    Used on both sides: a build process asks the pool for a shared build only when this returns arguments, and
+    the pool (trusted) accepts a request only when this returns arguments for what the process sent. What such
+    a build reads is the arguments' text and the toolchain's own headers and libraries: no include path, no
+    ``use_pch`` (torch's header in torch's folder), no SYCL, flags from a whitelist only (optimisation, macros,
+    language standard, warnings, code generation, nvcc's and ptxas's switches, ``-l`` libraries; never a path,
+    a plugin, a response file, a profile or a shell character).
+
+    Args:
+        bound: every argument of the call by name, defaults applied (``name``, ``build_directory`` and
+            ``verbose`` may be there; they are left out), as JSON values.
+
+    Returns:
+        The arguments without ``name``, ``build_directory`` and ``verbose``, as JSON values (a copy), or None.
+    """
+    import torch.utils.cpp_extension as ce
+
+    if not isinstance(bound, dict):
+        return None
+    params = {p for p in inspect.signature(ce.load_inline).parameters if p not in _UNSHARED_ARGS}
+    args = {k: v for k, v in bound.items() if k not in _UNSHARED_ARGS}
+    if set(args) != params or not params <= _SHARED_ARGS:
+        return None
+    functions = args["functions"]
+    ok = (_texts_ok(args["cpp_sources"], required=True) and _texts_ok(args["cuda_sources"])
+          and not args["sycl_sources"] and (args["with_sycl"] is None or args["with_sycl"] is False)
+          and not args["extra_sycl_cflags"]
+          and (functions is None or _texts_ok(functions)
+               or (isinstance(functions, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                       for k, v in functions.items())))
+          and not args["extra_include_paths"] and args["use_pch"] is False
+          and (args["with_cuda"] is None or isinstance(args["with_cuda"], bool))
+          and all(isinstance(args[k], bool) for k in ("is_python_module", "with_pytorch_error_handling",
+                                                      "keep_intermediates", "no_implicit_headers"))
+          and _flags_ok(args["extra_cflags"], "c") and _flags_ok(args["extra_cuda_cflags"], "cuda")
+          and _flags_ok(args["extra_ldflags"], "ld"))
+    if not ok:
+        return None
+    try:
+        out: dict[str, Any] = json.loads(json.dumps(args))
+    except (TypeError, ValueError):
+        return None
+    return out
 
 
 def pch_enabled() -> bool:
@@ -446,12 +581,122 @@ def _fresh(bound: dict[str, Any]) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, list) else v) for k, v in bound.items()}
 
 
-ExtensionClaim = Callable[[str], bool]
-ExtensionDone = Callable[[str, str], None]
+ExtensionShare = Callable[[str, dict[str, Any]], bool]
+
+
+def _compile(orig: Callable[..., Any], kind: str, bound: dict[str, Any], uname: str, *, build_dir: Path,
+             cache_dir: Path | None, pch: bool, record: BuildRecord, private: bool) -> Any:
+    """Compile one extension into ``<build_dir>/<uname>/`` with ``orig`` (torch's ``load_inline`` or ``load``) and
+    return what it returns; first without ``<torch/all.h>`` (and with a precompiled header when the cache has one
+    for these flags), then, if that fails, as written. The binary is recorded in ``record.built`` (``private``:
+    its call is not self-contained, :func:`shared_build_args`).
+
+    Raises:
+        CandidateBuildError: the compiler or linker failed, or the arguments are bad.
+    """
+    out_dir = build_dir / uname
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bound = dict(bound)
+    bound["name"] = uname
+    bound["build_directory"] = str(out_dir)
+    bound["verbose"] = False
+    t0 = time.perf_counter()
+    slim = slim_headers_enabled() and kind == "load_inline"
+    done = False
+    mod: Any = None
+    if slim:
+        # First try without <torch/all.h> (the C++ frontend: nn, optim, data...), which
+        # <torch/extension.h> skips when TORCH_INDUCTOR_CPP_WRAPPER is defined; that macro
+        # changes nothing else in torch's headers. Code that compiles this way calls the same
+        # declarations; code that needs the frontend fails here and is built as written.
+        sb = _fresh(bound)  # torch inserts into the source lists it is given: each try gets its own
+        sb["extra_cflags"] = list(sb.get("extra_cflags") or []) + [SLIM_MACRO]
+        if sb.get("cuda_sources"):
+            sb["extra_cuda_cflags"] = list(sb.get("extra_cuda_cflags") or []) + [SLIM_MACRO]
+        if cache_dir is not None and pch and pch_enabled() and not sb.get("no_implicit_headers"):
+            req = _pch_request(sb)
+            if req is not None:
+                folder = cache_dir / "pch" / req[0]
+                if pch_usable(folder):
+                    # an -I folder is searched before torch's -isystem ones; only main.cpp sees it
+                    sb["extra_cflags"] = sb["extra_cflags"] + [f"-I{shlex.quote(str(folder))}"]
+                    record.pch.append(req[0])
+                else:
+                    wc = sb.get("with_cuda")
+                    request = {
+                        "key": req[0], "with_cuda": bool(sb.get("cuda_sources")) if wc is None else bool(wc),
+                        "extra_cflags": [str(f) for f in bound.get("extra_cflags") or []],
+                        "extra_include_paths": [str(f) for f in bound.get("extra_include_paths") or []]}
+                    if pch_request_ok(request):
+                        record.pch_missing.append(request)
+        try:
+            mod = orig(**sb)
+            done = True
+        except Exception:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            out_dir.mkdir(parents=True, exist_ok=True)
+    if not done:
+        try:
+            mod = orig(**_fresh(bound))
+        except Exception as e:  # compiler/linker failure, bad source
+            record.compile_s += time.perf_counter() - t0
+            raise CandidateBuildError(f"{type(e).__name__}: {e}") from None
+    else:
+        record.slim.append(uname)
+
+    record.compile_s += time.perf_counter() - t0
+    so_files = sorted(out_dir.glob(f"{uname}*.so"), key=lambda p: p.stat().st_mtime)[-1:]
+    record.built.append({"name": uname, "so": str(so_files[0]) if so_files else "",
+                         "seconds": round(time.perf_counter() - t0, 3), "private": private})
+    return mod
+
+
+def compile_shared_extension(name: str, args: dict[str, Any], build_dir: Path, cache_dir: Path | None, *,
+                             pch: bool = False) -> dict[str, Any]:
+    """Compile a shared extension for the build pool, without loading it (mode ``compile_ext`` of the worker: a
+    process of the pool's that runs no candidate code; the binary is copied into the cache once it has exited).
+
+    Args:
+        name: ``kb_<hash>`` the pool computed from ``args``; compiled only if this process computes the same.
+        args: :func:`shared_build_args` of the call.
+        build_dir: this process's private build folder (the binary lands in ``<build_dir>/<name>/``).
+        cache_dir: the cache, for a precompiled header (``pch``).
+        pch: use a precompiled header from the cache when one fits (the pool checks it after the build).
+
+    Returns:
+        The ``ext_compiled`` message: ``ok``, ``so`` (the binary's path), ``error`` (compiler output tail),
+        ``unsupported`` (not compiled: arguments refused, another key, a torch without the hook used),
+        ``compile_s``, ``pch`` (header keys used), ``pch_missing``, ``slim``.
+    """
+    import torch.utils.cpp_extension as ce
+
+    record = BuildRecord()
+    out: dict[str, Any] = {"event": "ext_compiled", "ok": False, "so": "", "error": "", "unsupported": False}
+    shared = shared_build_args(args)
+    real = getattr(ce, "_import_module_from_library", None)
+    if shared is None or real is None or f"kb_{extension_key('load_inline', shared)}" != name:
+        return {**out, "unsupported": True}
+
+    def no_import(module_name: str, path: str, is_python_module: bool) -> str:
+        return os.path.join(path, f"{module_name}.so")  # torch's loader: never called here
+
+    ce._import_module_from_library = no_import
+    try:
+        _compile(ce.load_inline, "load_inline", shared, name, build_dir=build_dir, cache_dir=cache_dir, pch=pch,
+                 record=record, private=False)
+        so = str(record.built[-1]["so"]) if record.built else ""
+        out.update(ok=bool(so), so=so, error="" if so else "the build made no binary")
+    except CandidateBuildError as e:
+        out["error"] = str(e)[-8000:]
+    finally:
+        ce._import_module_from_library = real
+    out.update(compile_s=round(record.compile_s, 3), pch=list(record.pch), pch_missing=list(record.pch_missing),
+               slim=list(record.slim))
+    return out
 
 
 def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRecord, *, pch: bool = False,
-                        claim: ExtensionClaim | None = None, done: ExtensionDone | None = None) -> None:
+                        share: ExtensionShare | None = None) -> None:
     """Replace ``load_inline`` and ``load`` in ``torch.utils.cpp_extension`` (see the module docstring).
 
     Args:
@@ -460,15 +705,13 @@ def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRe
         record: filled with what happened.
         pch: offer and ask for precompiled headers from ``<cache_dir>/pch`` (the build pool's
             processes, whose binaries it checks; never a device slot's).
-        claim: called with ``kb_<hash>`` when that extension is not in the cache, before compiling it; it
-            returns once no other build process is compiling the same extension: True when this process
-            should compile it, False when another one stored it in the cache meanwhile (it is then loaded
-            from there). The build pool's processes get one (:class:`~.builder.BuildPool`), so
-            candidates whose Python differs but whose extension is the same compile it once even when
-            they are built at the same time.
-        done: called after a compile that ``claim`` allowed, with ``kb_<hash>`` and the path of the
-            binary ("" when the compile failed), so the trusted side can store it and let the next
-            claimant go.
+        share: the build pool's processes get one (:class:`~.builder.BuildPool`): called with ``kb_<hash>`` and
+            :func:`shared_build_args` of a self-contained ``load_inline`` call that is not in the cache; it
+            returns True once the pool has the extension in the cache (compiled by the pool from those
+            arguments, or found there, another process having asked first), False when this process should
+            compile it itself (privately), and raises :class:`CandidateBuildError` when the pool's compile of
+            it failed. Candidates whose Python differs but whose extension is the same compile it once, even
+            when they are built at the same time; no binary this process makes enters the cache.
     """
     import torch.utils.cpp_extension as ce
 
@@ -489,21 +732,16 @@ def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRe
             uname = f"kb_{key}"
             record.kernel_names |= _kernel_names(bound)
             is_py = bool(bound.get("is_python_module", True))
-            claimed = False
+            shared = shared_build_args(bound) if kind == "load_inline" else None
             if cache_dir is not None:
                 cached = _cached(cache_dir, uname, is_py)
-                if cached is None and claim is not None:
-                    claimed = claim(uname)
-                    if not claimed:  # another build stored it while this one waited
-                        cached = _cached(cache_dir, uname, is_py)
+                if cached is None and share is not None and shared is not None and share(uname, shared):
+                    cached = _cached(cache_dir, uname, is_py)
                 if cached is not None:
                     return cached
-            try:
-                return _compile(kind, bound, uname, is_py)
-            finally:
-                if claimed and done is not None:
-                    built = [b for b in record.built if b.get("name") == uname]
-                    done(uname, str(built[-1].get("so", "")) if built else "")
+            mod = _compile(orig, kind, bound, uname, build_dir=build_dir, cache_dir=cache_dir, pch=pch,
+                           record=record, private=shared is None)
+            return CountingModule(mod, uname, record) if is_py else mod
 
         def _cached(folder: Path, uname: str, is_py: bool) -> Any:
             hits = sorted((folder / uname).glob("*.so")) if (folder / uname).is_dir() else []
@@ -511,61 +749,6 @@ def install_build_hooks(build_dir: Path, cache_dir: Path | None, record: BuildRe
                 return None
             record.cache_hits.append(uname)
             mod = _load_prebuilt(hits[0].stem, hits[0], is_py)
-            return CountingModule(mod, uname, record) if is_py else mod
-
-        def _compile(kind: str, bound: dict[str, Any], uname: str, is_py: bool) -> Any:
-            out_dir = build_dir / uname
-            out_dir.mkdir(parents=True, exist_ok=True)
-            bound["name"] = uname
-            bound["build_directory"] = str(out_dir)
-            bound["verbose"] = False
-            t0 = time.perf_counter()
-            slim = slim_headers_enabled() and kind == "load_inline"
-            mod = None
-            if slim:
-                # First try without <torch/all.h> (the C++ frontend: nn, optim, data...), which
-                # <torch/extension.h> skips when TORCH_INDUCTOR_CPP_WRAPPER is defined; that macro
-                # changes nothing else in torch's headers. Code that compiles this way calls the same
-                # declarations; code that needs the frontend fails here and is built as written.
-                sb = _fresh(bound)  # torch inserts into the source lists it is given: each try gets its own
-                sb["extra_cflags"] = list(sb.get("extra_cflags") or []) + [SLIM_MACRO]
-                if sb.get("cuda_sources"):
-                    sb["extra_cuda_cflags"] = list(sb.get("extra_cuda_cflags") or []) + [SLIM_MACRO]
-                if cache_dir is not None and pch and pch_enabled() and not sb.get("no_implicit_headers"):
-                    req = _pch_request(sb)
-                    if req is not None:
-                        folder = cache_dir / "pch" / req[0]
-                        if pch_usable(folder):
-                            # an -I folder is searched before torch's -isystem ones; only main.cpp sees it
-                            sb["extra_cflags"] = sb["extra_cflags"] + [f"-I{shlex.quote(str(folder))}"]
-                            record.pch.append(req[0])
-                        else:
-                            wc = sb.get("with_cuda")
-                            request = {
-                                "key": req[0], "with_cuda": bool(sb.get("cuda_sources")) if wc is None else bool(wc),
-                                "extra_cflags": [str(f) for f in bound.get("extra_cflags") or []],
-                                "extra_include_paths": [str(f) for f in bound.get("extra_include_paths") or []]}
-                            if pch_request_ok(request):
-                                record.pch_missing.append(request)
-                try:
-                    mod = orig(**sb)
-                except Exception:
-                    shutil.rmtree(out_dir, ignore_errors=True)
-                    out_dir.mkdir(parents=True, exist_ok=True)
-                    mod = None
-            if mod is None:
-                try:
-                    mod = orig(**_fresh(bound))
-                except Exception as e:  # compiler/linker failure, bad source
-                    record.compile_s += time.perf_counter() - t0
-                    raise CandidateBuildError(f"{type(e).__name__}: {e}") from None
-            else:
-                record.slim.append(uname)
-
-            record.compile_s += time.perf_counter() - t0
-            so_files = sorted(out_dir.glob(f"{uname}*.so"), key=lambda p: p.stat().st_mtime)[-1:]
-            record.built.append({"name": uname, "so": str(so_files[0]) if so_files else "",
-                                 "seconds": round(time.perf_counter() - t0, 3)})
             return CountingModule(mod, uname, record) if is_py else mod
 
         hooked.__name__ = orig.__name__

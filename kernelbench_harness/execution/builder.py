@@ -1,11 +1,26 @@
 """Compiling candidates' extensions on the CPU, ahead of and beside GPU evaluation.
 
 A :class:`BuildPool` runs up to ``workers`` sandboxed candidate processes in ``build`` mode: each
-imports one candidate with no GPU visible, so its ``load_inline`` / ``load`` calls compile (through
-the hooks of :mod:`.build`) into the process's private folder. The trusted side then moves each
-built ``kb_<hash>/<module>.so`` into the shared, content-addressed cache, where GPU evaluation loads it
-without compiling. An identical extension is never compiled twice, and no candidate process can
-write into the cache itself.
+imports one candidate with no GPU visible, so its ``load_inline`` / ``load`` calls go through the hooks
+of :mod:`.build`. What enters the shared, content-addressed cache (``kb_<hash>/<module>.so``, where GPU
+evaluation loads it without compiling) is only ever made by the pool itself:
+
+- a self-contained ``load_inline`` call (:func:`.build.shared_build_args`) reaches the pool as its
+  arguments (``ext_request``), not as a binary. The pool checks them, names the extension ``kb_<hash>``
+  from them (:func:`.build.extension_key`, never the name the process sent), and has a fresh sandboxed
+  process that runs no candidate code (worker mode ``compile_ext``) compile exactly those arguments,
+  without loading the result; once that process has exited (and any precompiled header it used is
+  unchanged, :meth:`BuildPool._pch_intact`), the binary is copied into the cache and the candidate's
+  process loads it from there. Candidates whose Python differs but whose extension is the same share one
+  compile, even when built at the same time (a claim per name: the second one waits for the first's);
+- any other call (``load()`` of files the candidate wrote, include paths, flags off the whitelist) is
+  compiled by the candidate's own process in its private folder, and nothing it makes is stored: a
+  candidate process can name an extension, forge messages and write any file, and still not put a
+  binary in the cache under any name, its own or another candidate's.
+
+An identical self-contained extension is never compiled twice, and no candidate process can write into
+the cache itself (Landlock; where it is off, :meth:`BuildPool.changed_cache_entries` catches a replaced
+binary after the fact).
 
 A definite compiler/linker failure is final (``compile_error``, the GPU is never used for it). An
 import that fails for another reason (module-level code that needs a GPU, say) is left to the GPU
@@ -25,12 +40,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core import Candidate
-from .build import build_pch, kill_group, pch_enabled, pch_request_ok
+from .build import build_pch, extension_key, kill_group, pch_enabled, pch_request_ok, shared_build_args
 from .channel import ChannelError, ChannelTimeout
 from .process import Launcher
 from .sandbox import clean_environment
@@ -69,6 +84,14 @@ def needs_build(source: str) -> bool:
     return "load_inline" in source or "cpp_extension" in source
 
 
+@dataclass(slots=True)
+class _SharedWork:
+    """What the pool compiled for one candidate's build (``compiled``: names) and its compilers' seconds."""
+
+    compiled: list[str] = field(default_factory=list)
+    compile_s: float = 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class BuildOutcome:
     """Result of building one candidate's extensions.
@@ -102,6 +125,10 @@ class BuildPool:
 
     Attributes:
         max_pch: most precompiled headers (flag sets) this pool builds (4).
+        stats: counts of candidates by :class:`BuildOutcome` status (``built``, ``cached``, ...), ``compile_s``
+            (compiler seconds), ``ext_compiled`` (the pool's compiles of shared extensions), ``shared`` (requests
+            answered by another request's compile), ``private`` (extensions compiled by candidates' own
+            processes: not self-contained, never cached), ``pch_built``, ``pch_used``, ``slim``.
     """
 
     def __init__(self, cache_dir: str | os.PathLike[str], *, workers: int = 4, arch_list: str | None = None,
@@ -127,7 +154,7 @@ class BuildPool:
         self._ext_cond = threading.Condition()
         self._ext_busy: set[str] = set()
         self.stats = {"built": 0, "cached": 0, "compile_error": 0, "deferred": 0, "timeout": 0, "compile_s": 0.0,
-                      "pch_built": 0, "pch_used": 0, "slim": 0, "shared": 0}
+                      "pch_built": 0, "pch_used": 0, "slim": 0, "shared": 0, "ext_compiled": 0, "private": 0}
         self._pch_lock = threading.Lock()
         self._pch_keys: set[str] = set()
         self.max_pch = 4
@@ -171,11 +198,10 @@ class BuildPool:
             job: dict[str, Any] = {"mode": "build", "job_dir": str(jobdir), "inputs_dir": str(jobdir),
                                    "candidate_path": str(src), "device": "cpu", "protocol": {},
                                    "build_dir": str(jobdir / "build"), "build_cache": str(self.cache_dir),
-                                   "pch": pch_enabled(), "ext_claims": True}
-            sandbox = {"private_dir": str(jobdir), "cpu_time_s": int(self.timeout_s * 4),
-                       "file_size_bytes": 4 << 30, "new_netns": True, "landlock": True} if self.sandbox else None
-            h = self.launcher.start(job, sandbox)
-            held: set[str] = set()  # the extension this job's process is compiling (at most one)
+                                   "pch": pch_enabled(), "ext_share": True}
+            h = self.launcher.start(job, self._sandbox(jobdir))
+            held: set[str] = set()  # the extension this job's request is compiling (at most one)
+            shared = _SharedWork()
             try:
                 deadline = time.monotonic() + self.timeout_s
                 while True:
@@ -183,25 +209,23 @@ class BuildPool:
                     event = msg.get("event")
                     if event == "built":
                         break
-                    if event == "ext_claim":
-                        h.chan.send({"cmd": self._serve_claim(msg.get("name"), held, deadline)})
-                    elif event == "ext_done":
-                        name = msg.get("name")
-                        if isinstance(name, str) and name in held:
-                            self._store_binary(name, Path(str(msg.get("so") or "")), jobdir)
-                            self._release_claims(held)
+                    if event == "ext_request":
+                        h.chan.send(self._serve_request(msg.get("args"), held, deadline, shared))
+                    # anything else (a forged ext_claim / ext_done of older versions) is ignored: no message of a
+                    # candidate's process stores a binary
             except ChannelTimeout:
                 self._release_claims(held)
                 h.kill("timeout")
                 h.close()
                 self.stats["timeout"] += 1
                 return BuildOutcome("timeout", f"build did not finish within {self.timeout_s:.0f} s",
-                                    time.perf_counter() - t0)
+                                    time.perf_counter() - t0, shared.compile_s)
             except ChannelError as e:
                 self._release_claims(held)
                 h.close()
                 self.stats["deferred"] += 1
-                return BuildOutcome("deferred", f"build process ended: {e}", time.perf_counter() - t0)
+                return BuildOutcome("deferred", f"build process ended: {e}", time.perf_counter() - t0,
+                                    shared.compile_s)
             except BaseException:  # a harness error: the process goes, and its claim with it (others wait on it)
                 h.kill("harness error")
                 h.close()
@@ -212,15 +236,18 @@ class BuildPool:
             info = msg.get("build") if isinstance(msg.get("build"), dict) else {}
             built = [b for b in info.get("built", []) if isinstance(b, dict)] \
                 if isinstance(info.get("built"), list) else []
+            # ``built``: what the process compiled itself (private, never stored); ``cache_hits``: what it loaded
+            # from the cache, the pool's compiles for it included
             names = tuple([str(b.get("name", "")) for b in built] + _str_list(info.get("cache_hits")))
             try:
-                compile_s = max(0.0, float(info.get("compile_s", 0.0)))
+                compile_s = max(0.0, float(info.get("compile_s", 0.0))) + shared.compile_s
             except (TypeError, ValueError):
-                compile_s = 0.0
+                compile_s = shared.compile_s
             self.stats["compile_s"] += compile_s
             used = _str_list(info.get("pch"))  # its folder was first on the binding file's include path
             self.stats["pch_used"] += len(used)
             self.stats["slim"] += len(_str_list(info.get("slim_headers")))
+            self.stats["private"] += len(built)
             missing = info.get("pch_missing")
             for request in missing if isinstance(missing, list) else []:
                 self._want_pch(request)
@@ -228,11 +255,8 @@ class BuildPool:
                 self.stats["deferred"] += 1
                 return BuildOutcome("deferred", "a precompiled header changed while this candidate was built; "
                                     "it is compiled again without one", time.perf_counter() - t0, compile_s, names)
-            # move fresh binaries into the shared cache (only from this process's private folder)
-            for b in built:
-                self._store_binary(str(b.get("name", "")), Path(str(b.get("so", ""))), jobdir)
             if msg.get("ok"):
-                status = "built" if built else "cached"
+                status = "built" if built or shared.compiled else "cached"
                 self.stats[status] += 1
                 return BuildOutcome(status, "", time.perf_counter() - t0, compile_s, names)
             if msg.get("kind") == "compile_error" and not msg.get("import_error"):
@@ -245,15 +269,110 @@ class BuildPool:
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
 
-    def _store_binary(self, name: str, so: Path, jobdir: Path) -> None:
-        """Copy a binary a build process made (``so``, only from inside its private ``jobdir``) into the cache as
-        ``<cache>/<name>/<so.name>``, unless an entry ``name`` is there already.
+    def _sandbox(self, jobdir: Path) -> dict[str, Any] | None:
+        """The sandbox of a build process whose private folder is ``jobdir`` (None: sandboxing is off)."""
+        return {"private_dir": str(jobdir), "cpu_time_s": int(self.timeout_s * 4), "file_size_bytes": 4 << 30,
+                "new_netns": True, "landlock": True} if self.sandbox else None
 
-        The process may still run (``ext_done`` comes mid-build) and swap the path for a link to another file (a
-        secret, a FIFO, ``/dev/zero``) after it was looked at: the file is opened first, without following a
-        final link and without blocking, and what is copied is that open file, once it is known to be a regular
-        file with one name, the one at ``so`` inside ``jobdir``. A file that cannot be read is not stored (never
-        an exception: the caller holds a claim that other builds wait on)."""
+    def _serve_request(self, args: Any, held: set[str], deadline: float, shared: _SharedWork) -> dict[str, Any]:
+        """Answer a build process's ``ext_request``: the arguments of a ``load_inline`` call it wants from the
+        shared cache. The name is computed here from the arguments, never taken from the process; the binary
+        is compiled here (:meth:`_compile_shared`) unless the cache has it or gets it from another build's
+        compile meanwhile (one claim per name, :meth:`_serve_claim`).
+
+        Returns:
+            ``{"cmd": "ext_cached", "name": ...}`` (load it from the cache), ``{"cmd": "ext_private"}`` (compile
+            it yourself: arguments that are not self-contained, or the pool could not compile them), or
+            ``{"cmd": "ext_error", "error": ...}`` (the compiler failed on them).
+
+        Raises:
+            ChannelTimeout: the compile ran past the job's ``deadline`` (``time.monotonic()`` seconds).
+        """
+        checked = shared_build_args(args)
+        if checked is None:
+            return {"cmd": "ext_private"}
+        name = f"kb_{extension_key('load_inline', checked, arch=self.env.get('TORCH_CUDA_ARCH_LIST', ''))}"
+        if self._serve_claim(name, held, deadline) == "ext_cached":
+            return {"cmd": "ext_cached", "name": name}
+        try:
+            return self._compile_shared(name, checked, deadline, shared)
+        finally:
+            self._release_claims(held)
+
+    def _compile_shared(self, name: str, args: dict[str, Any], deadline: float,
+                        shared: _SharedWork) -> dict[str, Any]:
+        """Compile extension ``name`` from ``args`` (checked by :func:`.build.shared_build_args`) in a fresh
+        sandboxed process of mode ``compile_ext`` (no candidate code, the binary never loaded there), then, once
+        it has exited, store its binary in the cache. A binary made with a precompiled header that changed
+        meanwhile is not stored: it is compiled once more, without one. Returns the answer to the request (see
+        :meth:`_serve_request`)."""
+        for use_pch in ((True, False) if pch_enabled() else (False,)):
+            jobdir = Path(tempfile.mkdtemp(prefix="x_", dir=self.scratch))
+            try:
+                for sub in ("build", "home", "tmp", "outputs"):
+                    (jobdir / sub).mkdir()
+                job = {"mode": "compile_ext", "job_dir": str(jobdir), "name": name, "args": args,
+                       "build_dir": str(jobdir / "build"), "build_cache": str(self.cache_dir), "pch": use_pch}
+                h = self.launcher.start(job, self._sandbox(jobdir))
+                try:
+                    while True:
+                        msg = h.chan.recv(timeout_s=max(0.0, deadline - time.monotonic()))
+                        if msg.get("event") == "ext_compiled":
+                            break
+                    if h.wait_exit(max(1.0, min(30.0, deadline - time.monotonic()))) is None:
+                        raise ChannelTimeout(f"the compile of {name} did not exit")
+                except ChannelTimeout:
+                    h.kill("timeout")
+                    h.close()
+                    raise
+                except ChannelError as e:
+                    h.close()
+                    log.warning("the compile of shared extension %s ended: %s; the candidate compiles it", name, e)
+                    return {"cmd": "ext_private"}
+                except BaseException:
+                    h.kill("harness error")
+                    h.close()
+                    raise
+                h.close()
+                try:
+                    seconds = max(0.0, float(msg.get("compile_s", 0.0)))
+                except (TypeError, ValueError):
+                    seconds = 0.0
+                shared.compile_s += seconds
+                self.stats["ext_compiled"] += 1
+                self.stats["slim"] += len(_str_list(msg.get("slim")))
+                used = _str_list(msg.get("pch"))
+                self.stats["pch_used"] += len(used)
+                missing = msg.get("pch_missing")
+                for request in missing if isinstance(missing, list) else []:
+                    self._want_pch(request)
+                if msg.get("unsupported"):
+                    return {"cmd": "ext_private"}
+                if not msg.get("ok"):
+                    return {"cmd": "ext_error", "error": str(msg.get("error") or "the extension failed to compile")}
+                if used and not self._pch_intact(used):
+                    continue  # its binary may hold the changed header's code: not stored, compiled again
+                so = Path(str(msg.get("so") or ""))
+                if so.parent != jobdir / "build" / name:
+                    return {"cmd": "ext_private"}
+                self._store_binary(name, so, jobdir)
+                if (self.cache_dir / name).is_dir():
+                    shared.compiled.append(name)
+                    return {"cmd": "ext_cached", "name": name}
+                return {"cmd": "ext_private"}
+            finally:
+                shutil.rmtree(jobdir, ignore_errors=True)
+        return {"cmd": "ext_private"}
+
+    def _store_binary(self, name: str, so: Path, jobdir: Path) -> None:
+        """Copy a binary the pool's compile process made (``so``, only from inside its private ``jobdir``) into the
+        cache as ``<cache>/<name>/<so.name>``, unless an entry ``name`` is there already.
+
+        Called once that process has exited; still, nothing here trusts the path: the file is opened first,
+        without following a final link and without blocking (a link to a secret, a FIFO or ``/dev/zero`` is
+        never read), and what is copied is that open file, once it is known to be a regular file with one name,
+        the one at ``so`` inside ``jobdir``. A file that cannot be read is not stored (never an exception: the
+        caller holds a claim that other builds wait on)."""
         if not _EXT_NAME.fullmatch(name) or so.name in ("", ".", ".."):
             return
         entry = self.cache_dir / name
@@ -292,12 +411,12 @@ class BuildPool:
                 shutil.rmtree(tmp, ignore_errors=True)
 
     def _serve_claim(self, name: Any, held: set[str], deadline: float) -> str:
-        """Answer a build process's claim of extension ``name`` (``kb_<hash>``, not in the cache when it
-        looked): ``"ext_cached"`` when it is in the cache now (another process compiled it while this one
-        waited), else ``"ext_go"`` (compile it; the claim is held in ``held`` until its ``ext_done`` or the
-        job's end). A process holds one claim at a time, so no two wait for each other; the wait ends at
-        the job's ``deadline`` (``time.monotonic()`` seconds), after which it compiles without the claim."""
-        self._release_claims(held)  # a new claim drops an unfinished one: only a candidate forging messages gets here
+        """Claim extension ``name`` (``kb_<hash>``, computed by :meth:`_serve_request`) for one build's request:
+        ``"ext_cached"`` when it is in the cache now (another request's compile stored it while this one waited),
+        else ``"ext_go"`` (compile it; the claim is held in ``held`` until that compile ends). A job holds one
+        claim at a time, so no two wait for each other; the wait ends at the job's ``deadline``
+        (``time.monotonic()`` seconds), after which it compiles without the claim."""
+        self._release_claims(held)  # a new claim drops an unfinished one (never held here: defence in depth)
         if not isinstance(name, str) or not _EXT_NAME.fullmatch(name):
             return "ext_go"
         with self._ext_cond:

@@ -8,6 +8,8 @@ the standard library are needed here (the GPU image lacks the harness's other de
 
 Conversation with the trusted side (JSON lines, see :mod:`.channel`)::
 
+    child -> {"event": "ext_request", name, args}   parent -> {"cmd": "ext_cached" | "ext_private" | "ext_error"}
+             (mode "build", any number of times during the import: BuildPool._serve_request)
     child -> {"event": "built", ok, error, kind, findings, build, phase_s}
     (mode "build" ends here)
     parent -> {"cmd": "construct"}   child -> {"event": "constructed", weights, phase_s}
@@ -21,6 +23,9 @@ Conversation with the trusted side (JSON lines, see :mod:`.channel`)::
     child -> {"event": "error", kind, error}   on any failure (then exits)
     child -> {"event": "host_work", on, what}  at any time (job["compile_notice"]): a stretch of host work
              (a Triton JIT compile) begins, its device work synchronised first (on: true), or ends (on: false)
+
+Mode ``compile_ext`` (the build pool's compile of a shared extension) runs no candidate code: it sends one
+``{"event": "ext_compiled", ...}`` (:func:`.build.compile_shared_extension`) and exits.
 """
 
 from __future__ import annotations
@@ -41,7 +46,13 @@ from typing import Any, Callable
 import torch
 
 from . import timing as _timing  # captures the timer functions now, before any candidate import
-from .build import BuildRecord, CandidateBuildError, install_build_hooks, with_no_gpu_hint
+from .build import (
+    BuildRecord,
+    CandidateBuildError,
+    compile_shared_extension,
+    install_build_hooks,
+    with_no_gpu_hint,
+)
 from .channel import Channel
 from .guards import ProtectedSnapshot, ThreadWatch, run_watching_precision, snapshot_global_flags
 from . import devshare as _devshare
@@ -584,28 +595,32 @@ class _Job:
         except Exception:
             pass
 
-    def _claim_extension(self, name: str) -> bool:
-        """Ask the build pool whether to compile extension ``name`` (``kb_<hash>``) or wait for another
-        build process compiling it: True to compile, False when it is in the cache now."""
-        _Job.send(self, {"event": "ext_claim", "name": name})
-        reply = self.chan.recv()
-        if reply.get("cmd") not in ("ext_go", "ext_cached"):
-            raise RuntimeError(f"harness protocol: expected an answer to the claim of {name}, got {str(reply)[:200]}")
-        return reply["cmd"] == "ext_go"
+    def _share_extension(self, name: str, args: dict[str, Any]) -> bool:
+        """Ask the build pool for extension ``name`` (``kb_<hash>``) of a self-contained ``load_inline`` call
+        (``args``: :func:`~.build.shared_build_args`): the pool names it from ``args`` itself, compiles it in a
+        process of its own (or waits for another build's compile of it) and stores it in the cache. True when the
+        cache has it under ``name`` now, False when this process compiles it itself.
 
-    def _extension_done(self, name: str, so: str) -> None:
-        """Tell the build pool that the claimed compile of ``name`` ended (``so``: its binary, "" if it failed)."""
-        _Job.send(self, {"event": "ext_done", "name": name, "so": so})
+        Raises:
+            CandidateBuildError: the pool's compile of it failed (the compiler's output).
+        """
+        _Job.send(self, {"event": "ext_request", "name": name, "args": args})
+        reply = self.chan.recv()
+        cmd = reply.get("cmd")
+        if cmd == "ext_error":
+            raise CandidateBuildError(str(reply.get("error") or "the extension failed to compile"))
+        if cmd not in ("ext_cached", "ext_private"):
+            raise RuntimeError(f"harness protocol: expected an answer to the request of {name}, got {str(reply)[:200]}")
+        return cmd == "ext_cached" and reply.get("name") == name
 
     # -- phases --------------------------------------------------------------------------------
     def build(self) -> types.ModuleType | None:
         t0 = _perf_counter()
         build_dir = Path(self.job["build_dir"])
         cache = Path(self.job["build_cache"]) if self.job.get("build_cache") else None
-        claims = bool(self.job.get("ext_claims"))  # the build pool's processes (BuildPool._serve_claim)
+        share = bool(self.job.get("ext_share"))  # the build pool's processes (BuildPool._serve_request)
         install_build_hooks(build_dir, cache, self.record, pch=bool(self.job.get("pch")),
-                            claim=self._claim_extension if claims else None,
-                            done=self._extension_done if claims else None)
+                            share=self._share_extension if share else None)
         self.launches.install()
         if self.job.get("compile_notice"):  # (Triton's interpreter, on a CPU, compiles nothing: never called)
             self.compile_notices = _install_compile_notices()
@@ -1089,7 +1104,13 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def run_job(chan: Channel, job: dict[str, Any]) -> int:
-    """Run one job (mode ``build`` or ``eval``) over ``chan``; returns the process exit code."""
+    """Run one job (mode ``build``, ``eval`` or ``compile_ext``) over ``chan``; returns the process exit code."""
+    if job.get("mode") == "compile_ext":
+        # the build pool's compile of a shared extension: no candidate code, the binary is never loaded here
+        cache = job.get("build_cache")
+        chan.send(compile_shared_extension(str(job["name"]), job["args"], Path(job["build_dir"]),
+                                           Path(cache) if cache else None, pch=bool(job.get("pch"))))
+        return 0
     j = _Job(chan, job)
     if job.get("mode") == "probe":
         try:
