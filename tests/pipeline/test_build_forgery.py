@@ -20,6 +20,8 @@ from kernelbench_harness.core import Backend, Candidate
 from kernelbench_harness.execution.build import extension_key, shared_build_args
 from kernelbench_harness.execution.builder import BuildPool, _SharedWork, _tree_fingerprint
 
+from .test_build_claims import _Handle  # the build process stand-in: scripted messages
+
 _HONEST_ARGS = {"name": "twice", "cpp_sources": "torch::Tensor twice(torch::Tensor x) { return x * 2; }",
                 "functions": ["twice"]}
 
@@ -122,33 +124,6 @@ def test_a_forged_binary_never_reaches_an_honest_candidate(forger_then_honest: d
     assert exts == (got["name"],)
     assert got["twice"] == [0.0, 2.0, 4.0]
     assert got["stats"]["ext_compiled"] == 1
-
-
-class _Chan:
-    def __init__(self, msgs: list[dict[str, Any]]) -> None:
-        self.msgs = list(msgs)
-        self.sent: list[dict[str, Any]] = []
-
-    def recv(self, timeout_s: float | None = None) -> dict[str, Any]:
-        return self.msgs.pop(0)
-
-    def send(self, msg: dict[str, Any]) -> None:
-        self.sent.append(msg)
-
-
-class _Handle:
-    def __init__(self, msgs: list[dict[str, Any]]) -> None:
-        self.chan = _Chan(msgs)
-        self.killed = ""
-
-    def kill(self, reason: str) -> None:
-        self.killed = reason
-
-    def wait_exit(self, timeout_s: float = 10.0) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
 
 
 def _bound(**kw: Any) -> dict[str, Any]:
