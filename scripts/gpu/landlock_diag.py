@@ -42,7 +42,7 @@ except Exception as e:
 
 OFF = {"new_netns": False, "landlock": False, "landlock_tcp": False, "landlock_scope": False, "drop_caps": False,
        "seccomp_unix": False}
-EXTRA = ("/tmp", "/proc/self", "/run", "/var", "/sys", "/root", "/home")
+EXTRA = ("/tmp", "/proc/self", "/proc", "/dev/shm", "/run", "/var", "/sys", "/root", "/home")
 
 
 def variants() -> list[tuple[str, dict]]:
