@@ -9,9 +9,9 @@ Applied in a freshly forked candidate process before any candidate code is impor
   virtual ranges) address space; resident memory is also watched from outside;
 - network: a new, empty network namespace (``unshare(CLONE_NEWNET)``) where the OS allows it, and
   Landlock TCP bind/connect denial (ABI >= 4);
-- filesystem: Landlock (ABI >= 1) allows writes only beneath the private folder and to ``/dev``'s devices
-  and folders other than ``/dev/shm`` (:func:`dev_write_paths`), so the results store, the reports, the
-  source tree and the run's scratch (other candidates' input sets) stay read-only to the candidate;
+- filesystem: Landlock (ABI >= 1) allows writes only beneath the private folder and to ``/dev``'s character
+  devices (:func:`dev_write_paths`), so the results store, the reports, the source tree and the run's scratch
+  (other candidates' input sets, in ``/dev/shm``) stay read-only to the candidate;
   Landlock also stops the candidate from signalling or ptracing processes outside it (ABI >= 6);
 - its own process group (``setsid``), so a timeout kills nvcc, ninja and any thread or child.
 
@@ -90,8 +90,8 @@ class SandboxConfig:
     """Limits and folders for one candidate process.
 
     Attributes:
-        private_dir: the only folder tree the candidate may write (plus ``/dev``'s devices and folders other
-            than ``/dev/shm`` and ``/dev/mqueue``: :func:`dev_write_paths`).
+        private_dir: the only folder tree the candidate may write (plus ``/dev``'s character devices:
+            :func:`dev_write_paths`).
         extra_write_dirs: more writable trees (e.g. a build folder; ``/proc/self`` is the process's
             own /proc folder).
         cpu_time_s: RLIMIT_CPU (seconds of CPU, all threads); 0 = unlimited.
@@ -156,25 +156,34 @@ _DEV_DENIED = ("shm", "mqueue")
 
 
 def dev_write_paths() -> list[str]:
-    """The ``/dev`` entries a candidate process may write: every device and folder directly in ``/dev`` (the GPU's
-    device files among them, which CUDA opens for writing) except :data:`_DEV_DENIED`; links are left out (what they
-    point at is either listed itself or not a device). A machine whose GPU stack writes ``/dev/shm`` (CUDA MPS)
-    adds it with ``$KBENCH_SANDBOX_WRITE_DIRS``, at the cost of that protection."""
-    out = []
-    try:
-        names = sorted(os.listdir("/dev"))
-    except OSError:
-        return out
-    for name in names:
-        if name in _DEV_DENIED:
-            continue
-        path = os.path.join("/dev", name)
+    """The ``/dev`` files a candidate process may write: the character devices directly in ``/dev`` and one folder
+    down (``/dev/null``, the GPU's ``/dev/nvidia*`` and ``/dev/nvidia-caps/*``, which CUDA opens for writing;
+    ``/dev/dri/*``), outside :data:`_DEV_DENIED`. No folder: a rule on a folder let a candidate create files there
+    that outlived it (``/dev/cpu``, ``/dev/net``: a header another candidate's shared build then included, stop 39's
+    second attack). No block device (a disk a root process may open). Links are left out. A machine whose GPU stack
+    writes elsewhere (``/dev/shm`` for CUDA MPS) adds it with ``$KBENCH_SANDBOX_WRITE_DIRS``, at the cost of that
+    protection."""
+    out: list[str] = []
+
+    def chars(folder: str, depth: int) -> None:
         try:
-            mode = os.lstat(path).st_mode
+            names = sorted(os.listdir(folder))
         except OSError:
-            continue
-        if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-            out.append(path)
+            return
+        for name in names:
+            if folder == "/dev" and name in _DEV_DENIED:
+                continue
+            path = os.path.join(folder, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISCHR(mode):
+                out.append(path)
+            elif stat.S_ISDIR(mode) and depth > 0:
+                chars(path, depth - 1)
+
+    chars("/dev", 1)
     return out
 
 

@@ -84,8 +84,42 @@ attempt("replace_sibling_input", lambda: os.replace(os.path.join(cfg["private_di
 attempt("new_file_in_scratch", lambda: write(os.path.join(root, "planted")))
 attempt("new_file_in_dev_shm", lambda: write("/dev/shm/kbench-test-planted-" + str(os.getpid())))
 attempt("dev_null", lambda: write("/dev/null"))
+if len(sys.argv) > 4:  # a /dev folder where this user may create files outside the sandbox
+    attempt("new_file_in_dev_folder", lambda: write(os.path.join(sys.argv[4], "kbench-test-planted")))
 print(json.dumps({"applied": applied, "seen": seen}))
 '''
+
+
+def _a_dev_folder_one_may_write() -> str | None:
+    """A folder in /dev (not shm or mqueue) where this process may create a file (outside any sandbox), or None."""
+    import os
+
+    for d in sorted(Path("/dev").iterdir()):
+        if d.name in ("shm", "mqueue") or d.is_symlink() or not d.is_dir():
+            continue
+        probe = d / f"kbench-test-probe-{os.getpid()}"
+        try:
+            probe.write_text("")
+            probe.unlink()
+            return str(d)
+        except OSError:
+            continue
+    return None
+
+
+def test_dev_write_paths_are_character_devices_only() -> None:
+    """No folder (a file created there outlived the candidate: /dev/cpu, /dev/net) and no block device (a disk)."""
+    import os
+    import stat as st
+
+    from kernelbench_harness.execution.sandbox import dev_write_paths
+
+    paths = dev_write_paths()
+    assert "/dev/null" in paths
+    for path in paths:
+        mode = os.lstat(path).st_mode
+        assert st.S_ISCHR(mode), path
+        assert not path.startswith(("/dev/shm/", "/dev/mqueue/")), path
 
 
 @pytest.mark.skipif(landlock_abi() < 1, reason="Landlock unavailable on this kernel")
@@ -109,17 +143,23 @@ def test_a_candidate_cannot_touch_the_runs_scratch_in_dev_shm_beside_its_own_fol
         victim.chmod(0o444)
         cfg = {"private_dir": str(priv), "extra_write_dirs": [], "new_netns": False, "landlock": True,
                "landlock_tcp": False, "landlock_scope": False, "drop_caps": False, "seccomp_unix": False}
-        p = subprocess.run([sys.executable, "-c", SHM_CHILD, json.dumps(cfg), str(REPO), str(root)],
-                           capture_output=True, text=True, timeout=60)
+        dev_dir = _a_dev_folder_one_may_write()
+        p = subprocess.run([sys.executable, "-c", SHM_CHILD, json.dumps(cfg), str(REPO), str(root),
+                            *([dev_dir] if dev_dir else [])], capture_output=True, text=True, timeout=60)
         out = json.loads(p.stdout.strip().splitlines()[-1])
         assert "fs-write-confined" in out["applied"]["landlock"], out
         seen = out["seen"]
         assert seen["private"] == "ok" and seen["dev_null"] == "ok", seen
-        for name in ("unlink_sibling_input", "replace_sibling_input", "new_file_in_scratch", "new_file_in_dev_shm"):
+        for name in ("unlink_sibling_input", "replace_sibling_input", "new_file_in_scratch", "new_file_in_dev_shm",
+                     *(["new_file_in_dev_folder"] if dev_dir else [])):
             assert seen[name].startswith("denied"), (name, seen)
+        if dev_dir:  # a rule on the folder let a file there outlive the candidate (stop 39's second attack)
+            assert not (Path(dev_dir) / "kbench-test-planted").exists()
         assert victim.read_bytes() == b"trusted"
         assert not (root / "planted").exists()
     finally:
         shutil.rmtree(root, ignore_errors=True)
         for stray in Path("/dev/shm").glob("kbench-test-planted-*"):
+            stray.unlink()
+        for stray in Path("/dev").glob("*/kbench-test-planted"):
             stray.unlink()
