@@ -270,13 +270,39 @@ def _texts_ok(value: Any, *, required: bool = False) -> bool:
     return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
 
 
+#: a directive that names a file by a quoted or macro operand (``#include "..."``, ``#include MACRO``, the same for
+#: ``include_next``, ``import`` and ``embed``), or by an angle-bracket operand that is absolute or climbs (``</..>``,
+#: ``<../..>``): the file's text is not in the arguments
+_FILE_DIRECTIVE = re.compile(r"#\s*(?:include_next|include|import|embed)\b\s*(?:[^<\s]|<\s*/|<[^>\n]*\.\.)")
+#: other ways a source makes the compiler read a file: ``__has_include``/``__has_embed`` (a file's presence changes
+#: the code), ``#pragma GCC dependency``, and the assembler's ``.incbin``
+_FILE_WORDS = ("__has_include", "__has_embed", "dependency", "incbin")
+
+
+def _reads_no_files(value: Any) -> bool:
+    """Whether a source text (or list of them) makes the compiler read no file besides the toolchain's own headers
+    named in angle brackets: no quoted or macro ``#include`` (nor ``include_next``, ``import``, ``embed``), no
+    absolute or climbing angle-bracket path, no ``__has_include``, ``#pragma GCC dependency`` or ``.incbin``.
+    Backslash-newlines are joined and digraph and trigraph spellings of ``#`` (``%:``, ``??=``) read as ``#``
+    first, as the preprocessor reads them. A second attack (stop 39) had the pool's shared build include a header
+    another candidate wrote in ``/dev/cpu``: the cache name is the text's, so the binary must follow from the
+    text alone."""
+    texts = [value] if isinstance(value, str) else list(value or [])
+    for text in texts:
+        norm = text.replace("\\\r\n", "").replace("\\\n", "").replace("%:", "#").replace("??=", "#")
+        if _FILE_DIRECTIVE.search(norm) or any(w in norm for w in _FILE_WORDS):
+            return False
+    return True
+
+
 def shared_build_args(bound: Any) -> dict[str, Any] | None:
     """The arguments of a ``load_inline`` call as the build pool compiles them into the shared cache, or None when
     the call is not self-contained: its binary would depend on something besides these arguments' text.
 
     Used on both sides: a build process asks the pool for a shared build only when this returns arguments, and
     the pool (trusted) accepts a request only when this returns arguments for what the process sent. What such
-    a build reads is the arguments' text and the toolchain's own headers and libraries: no include path, no
+    a build reads is the arguments' text and the toolchain's own headers and libraries: no file named by the
+    sources themselves beyond ``#include <...>`` of the toolchain's headers (:func:`_reads_no_files`), no include path, no
     ``use_pch`` (torch's header in torch's folder), no SYCL, flags from a whitelist only (optimisation, macros,
     language standard, warnings, code generation, nvcc's and ptxas's switches, ``-l`` libraries; never a path,
     a plugin, a response file, a profile or a shell character).
@@ -298,6 +324,7 @@ def shared_build_args(bound: Any) -> dict[str, Any] | None:
         return None
     functions = args["functions"]
     ok = (_texts_ok(args["cpp_sources"], required=True) and _texts_ok(args["cuda_sources"])
+          and _reads_no_files(args["cpp_sources"]) and _reads_no_files(args["cuda_sources"])
           and not args["sycl_sources"] and (args["with_sycl"] is None or args["with_sycl"] is False)
           and not args["extra_sycl_cflags"]
           and (functions is None or _texts_ok(functions)

@@ -245,6 +245,30 @@ def test_a_call_that_reads_files_is_not_shared(flags: dict[str, Any]) -> None:
     assert shared_build_args(_bound(cpp_sources="int f();", **flags)) is None
 
 
+@pytest.mark.parametrize("where,text", [
+    ("cuda_sources", '#include "/dev/cpu/kb_adj.h"\n__global__ void k() {}'),  # stop 39's second attack
+    ("cpp_sources", '#include "kernel.h"\nint f();'),
+    ("cpp_sources", "#define H </etc/hostname>\n#include H\nint f();"),
+    ("cpp_sources", "#include </tmp/x.h>\nint f();"),
+    ("cpp_sources", "#include <../../tmp/x.h>\nint f();"),
+    ("cpp_sources", '%:include "x.h"\nint f();'),  # a digraph
+    ("cpp_sources", '??=include "x.h"\nint f();'),  # a trigraph (ISO modes up to C++14)
+    ("cpp_sources", '#\\\ninclude "x.h"\nint f();'),  # a backslash-newline inside the directive
+    ("cpp_sources", '#include_next "x.h"\nint f();'),
+    ("cuda_sources", 'asm(".incbin \\"/tmp/blob\\"");\n__global__ void k() {}'),
+    ("cpp_sources", '#if __has_include("/tmp/flag")\n#define FAST 1\n#endif\nint f();'),
+    ("cpp_sources", '#pragma GCC dependency "/tmp/x"\nint f();'),
+])
+def test_a_source_that_names_a_file_is_not_shared(where: str, text: str) -> None:
+    """The pool's cache name is the arguments' text: a source whose build reads a file the text only names
+    (a header another candidate wrote, stop 39's second attack: the honest twin loaded the poisoner's binary)
+    must be compiled privately."""
+    kwargs = {"cpp_sources": "int f();", where: text}
+    assert shared_build_args(_bound(**kwargs)) is None
+    assert shared_build_args(_bound(cpp_sources="#include <torch/extension.h>\n#include <vector>\nint f();",
+                                    cuda_sources="#include <cuda_fp16.h>\n__global__ void k() {}")) is not None
+
+
 def test_what_candidates_write_is_shared() -> None:
     got = shared_build_args(_bound(
         cpp_sources=["torch::Tensor f(torch::Tensor x);"], cuda_sources="__global__ void k() {}", functions=["f"],
