@@ -3135,7 +3135,7 @@ class DeviceEvaluator:
             # window queued meanwhile goes on beside it) and the hold is back before the build is asked for
             with self._host_stretch(phase) if self.start_off_hold else contextlib.nullcontext():
                 h = self.launcher.start(childjob, self._sandbox_cfg(jobdir, job.timeout_s))
-                h.watch_memory(self.memory_limit)
+                h.watch_memory(self.memory_limit, folder=jobdir)
                 mono0 = time.monotonic()
                 hello = expect(mono0 + 120, "hello")
                 hello_at = time.monotonic()

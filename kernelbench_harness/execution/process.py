@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .channel import Channel, ChannelClosed, ChannelError
@@ -42,6 +43,29 @@ def _rss_bytes(pid: int) -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
+
+
+def _tree_bytes(folder: Path, max_files: int) -> tuple[int, int]:
+    """``(bytes allocated to the files under folder, files seen)``; stops counting past ``max_files`` files.
+    Links are not followed; a file that goes meanwhile is skipped."""
+    total = files = 0
+    stack = [str(folder)]
+    while stack and files <= max_files:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                        continue
+                    files += 1
+                    total += e.stat(follow_symlinks=False).st_blocks * 512
+                except OSError:
+                    continue
+    return total, files
 
 
 @dataclass
@@ -81,15 +105,35 @@ class ChildHandle:
             self.kill("closed")
             self.wait_exit(5.0)
 
-    def watch_memory(self, limit_bytes: int, interval_s: float = 0.1) -> None:
-        """Kill the process group when the candidate's resident memory exceeds ``limit_bytes``."""
+    #: the most files a watched private folder may hold (counting them must stay cheap)
+    FOLDER_MAX_FILES = 20_000
+
+    def watch_memory(self, limit_bytes: int, interval_s: float = 0.1, folder: Path | None = None,
+                     folder_every: int = 10) -> None:
+        """Kill the process group when the candidate's resident memory, plus the bytes of the files in its private
+        ``folder`` (counted every ``folder_every`` checks), exceeds ``limit_bytes``.
+
+        The folder counts because the run's scratch lives in ``/dev/shm`` where it has room: its files are the
+        host's memory. Each file was bounded (``RLIMIT_FSIZE``) but not their sum, so one candidate could take the
+        host's shared memory while it ran (stop 39's second attack). A folder of more than
+        :attr:`FOLDER_MAX_FILES` files ends the candidate too."""
 
         def run() -> None:
+            ticks, folder_bytes = 0, 0
             while not self._stop.wait(interval_s):
+                if folder is not None and ticks % max(1, folder_every) == 0:
+                    folder_bytes, files = _tree_bytes(folder, self.FOLDER_MAX_FILES)
+                    if files > self.FOLDER_MAX_FILES:
+                        self.kill(f"more than {self.FOLDER_MAX_FILES} files in its private folder")
+                        return
+                ticks += 1
                 rss = _rss_bytes(self.pid)
                 self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
-                if limit_bytes and rss > limit_bytes:
-                    self.kill(f"resident memory {rss / 2**30:.1f} GiB over the limit {limit_bytes / 2**30:.1f} GiB")
+                if limit_bytes and rss + folder_bytes > limit_bytes:
+                    what = "resident memory" if not folder_bytes else \
+                        f"resident memory and its private folder's {folder_bytes / 2**30:.1f} GiB of files"
+                    self.kill(f"{what} ({(rss + folder_bytes) / 2**30:.1f} GiB) over the limit "
+                              f"{limit_bytes / 2**30:.1f} GiB")
                     return
 
         self._watch = threading.Thread(target=run, name=f"kb-memwatch-{self.pid}", daemon=True)
