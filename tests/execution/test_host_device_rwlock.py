@@ -28,7 +28,9 @@ import json, sys, time
 from pathlib import Path
 from kernelbench_harness.execution.scratch import HostDeviceLock
 key, folder, shared, hold_s, gap_s, until = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "1", *map(float, sys.argv[4:7])
+start_at = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
 lk = HostDeviceLock(key, folder)
+time.sleep(max(0.0, start_at - time.time()))  # every holder begins together, however slowly each one started
 spans, waits = [], []
 while True:
     waits.append(lk.acquire(shared=shared))
@@ -48,9 +50,9 @@ print(json.dumps({"spans": spans, "waits": waits}), flush=True)
 
 
 def _start(tmp_path: Path, shared: bool, hold_s: float, *, gap_s: float = 0.0, until: float = 0.0,
-           key: str = "gpu-rw") -> subprocess.Popen:
+           key: str = "gpu-rw", start_at: float = 0.0) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", HOLDER, key, str(tmp_path), "1" if shared else "0", str(hold_s),
-                             str(gap_s), str(until)], stdout=subprocess.PIPE, text=True)
+                             str(gap_s), str(until), str(start_at)], stdout=subprocess.PIPE, text=True)
 
 
 def _held(p: subprocess.Popen) -> float:
@@ -79,9 +81,12 @@ def test_two_shared_holders_overlap(tmp_path):
 
 
 def test_an_exclusive_holder_never_overlaps_a_shared_one(tmp_path):
-    until = time.time() + 2.0
-    readers = [_start(tmp_path, True, 0.05, gap_s=0.01 * i, until=until) for i in range(2)]
-    writers = [_start(tmp_path, False, 0.03, gap_s=0.15, until=until) for _ in range(2)]
+    # the 2 s of holds begin 3 s from now in every holder: on a loaded machine (CI beside other tests) a holder
+    # that took over a second to start held the lock too few times before a shared end (seen in stop 39)
+    start_at = time.time() + 3.0
+    until = start_at + 2.0
+    readers = [_start(tmp_path, True, 0.05, gap_s=0.01 * i, until=until, start_at=start_at) for i in range(2)]
+    writers = [_start(tmp_path, False, 0.03, gap_s=0.15, until=until, start_at=start_at) for _ in range(2)]
     r0, r1 = (_result(p)["spans"] for p in readers)
     ws = [s for p in writers for s in _result(p)["spans"]]
     rs = r0 + r1
