@@ -399,14 +399,8 @@ def _upgrade(engine: Engine, url: str, safe_url: str, revision: str) -> None:
                 others = sorted(inspect(conn).get_table_names())
                 if others:  # another program's SQLite file: kbench would write its tables into it
                     raise _foreign_file_error(safe_url, others)
-            unknown = current - known
-            if unknown:
-                raise StoreError(
-                    f"the results database {safe_url} has schema revision {', '.join(sorted(unknown))}, "
-                    f"newer than this kbench knows (latest known: {head})",
-                    fix="upgrade kbench (pip install -U kernelbench-harness) to read it, or pass --db with "
-                    "another database",
-                )
+            if current - known:
+                raise _newer_schema_error(safe_url, current - known, head)
             if revision == "head" and current == {head}:
                 return
             cfg.attributes["connection"] = conn
@@ -415,6 +409,15 @@ def _upgrade(engine: Engine, url: str, safe_url: str, revision: str) -> None:
             except CommandError as e:
                 raise StoreError(f"cannot migrate {safe_url}: {e}") from None
             log.info("results store %s migrated to %s", safe_url, revision)
+
+
+def _newer_schema_error(safe_url: str, unknown: set[str], head: str) -> StoreError:
+    """The error for a store at revisions ``unknown``, which this kbench (latest ``head``) does not know."""
+    return StoreError(
+        f"the results database {safe_url} has schema revision {', '.join(sorted(unknown))}, "
+        f"newer than this kbench knows (latest known: {head})",
+        fix="upgrade kbench (pip install -U kernelbench-harness) to read it, or pass --db with another database",
+    )
 
 
 def _check_revision(engine: Engine, url: str, safe_url: str) -> None:
@@ -434,13 +437,8 @@ def _check_revision(engine: Engine, url: str, safe_url: str) -> None:
         current = set(MigrationContext.configure(conn).get_current_heads())
     if current == {head}:
         return
-    unknown = current - known
-    if unknown:
-        raise StoreError(
-            f"the results database {safe_url} has schema revision {', '.join(sorted(unknown))}, "
-            f"newer than this kbench knows (latest known: {head})",
-            fix="upgrade kbench (pip install -U kernelbench-harness) to read it, or pass --db with another database",
-        )
+    if current - known:
+        raise _newer_schema_error(safe_url, current - known, head)
     if not current:
         raise StoreError(f"the results database {safe_url} is empty: it holds no runs yet",
                          fix="run `kbench run` first, or pass --db with the URL of your store")
