@@ -3771,11 +3771,8 @@ def pool_blocks(blocks: list[tuple[TimingStats, dict[str, Any]]],
     for st, inf in blocks:
         samples += list(st.samples_ms)
         synced += list(inf.get("synced_ms") or [])
-        counts = inf.get("placement_n") or [len(st.samples_ms)]
-        at = 0
-        for c in counts:  # each block's placements, as taken
-            by_placement.append(list(st.samples_ms[at:at + int(c)]))
-            at += int(c)
+        # each block's placements, as taken
+        by_placement += _timing.split_placements(st.samples_ms, inf.get("placement_n") or [len(st.samples_ms)])
     first = blocks[0][0]
     if any(inf.get("placement_n") for _, inf in blocks):  # every block's placements pooled alike
         stats = _timing.pool_placement_samples(by_placement, settings, first.timer)

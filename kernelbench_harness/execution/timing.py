@@ -281,6 +281,16 @@ def summarize_samples(samples_ms: Sequence[float], *, timer: str, statistic: str
                        samples_ms=tuple(samples_ms), timer=timer, statistic=statistic)
 
 
+def split_placements(samples_ms: Sequence[float], counts: Sequence[int]) -> list[list[float]]:
+    """A block's kept trials (ms, in order) cut into its placements' (``counts``: each placement's kept trials,
+    ``info["placement_n"]``)."""
+    out, at = [], 0
+    for c in counts:
+        out.append(list(samples_ms[at:at + int(c)]))
+        at += int(c)
+    return out
+
+
 def stats_from_samples(stats: TimingStats, info: dict[str, Any], settings: TimerSettings) -> TimingStats:
     """The summary of one timed block as the trusted side derives it from the block's raw samples, so that a
     summary computed in the candidate's process (whose ``statistics`` or ``math`` it could have replaced)
@@ -302,11 +312,7 @@ def stats_from_samples(stats: TimingStats, info: dict[str, Any], settings: Timer
         return stats
     counts = info.get("placement_n")
     if isinstance(counts, list) and len(counts) > 1 and sum(int(c) for c in counts) == len(samples):
-        parts, at = [], 0
-        for c in counts:
-            parts.append(samples[at:at + int(c)])
-            at += int(c)
-        return pool_placement_samples(parts, settings, stats.timer)
+        return pool_placement_samples(split_placements(samples, counts), settings, stats.timer)
     return summarize_samples(samples, timer=stats.timer, statistic=settings.statistic, round_to=settings.round_sig)
 
 
