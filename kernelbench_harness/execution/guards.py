@@ -82,6 +82,21 @@ _INTROSPECTION_ATTRS = {"_getframe", "getframe", "f_back", "f_globals", "f_local
                         # the profiler's state: a candidate that reads it can act differently in the profiled call
                         # (the custom-kernel share, kernelshare.py, and the launch check are read from that call)
                         "_profiler_enabled", "_is_profiler_enabled", "_get_current_profiler"}
+# ctypes' ways into the process's own memory: an address (``id(obj)``) read or written, the interpreter's C API
+# (a stop-39 attack swapped the C function behind ``time.perf_counter_ns`` so; the Python object stayed the same)
+# (with ctypes imported, an object's address, ``id(obj)``, is one too: ``ctypes.cast(id(f) + 16, ...)``). Calling a
+# library of one's own through ``CDLL`` with a tensor's ``data_ptr()`` stays allowed.
+_CTYPES_MEMORY = {"pythonapi", "PyDLL", "pydll", "py_object", "memmove", "memset", "from_address", "string_at",
+                  "wstring_at", "PYFUNCTYPE"}
+# a kernel's C/C++ source that reaches the interpreter's objects (modules, their functions' C pointers) rather than
+# tensors: the generated binding never needs these
+_KERNEL_PYAPI_RE = re.compile(r"\b(PyImport_\w+|PySys_GetObject|PyObject_(?:Get|Set)Attr\w*|PyModule_GetDict|"
+                              r"PyEval_GetGlobals|PyEval_GetBuiltins|ml_meth|m_ml|PyCFunction_\w+|"
+                              r"module_?::import|PyThreadState_\w+|_PyRuntime|PyInterpreterState_\w+)\b")
+# of those, the ones no other library spells alike (``X.from_address`` is ctypes' whatever X is)
+_CTYPES_ANY_OWNER = {"from_address", "pythonapi", "PYFUNCTYPE", "PyDLL"}
+# modules whose attributes a name may be bound to (``s = os.sys``) without an import naming it
+_MODULE_ROOTS = {"os", "sys", "torch", "time", "threading", "ctypes", "builtins", "numpy", "triton", "gc", "inspect"}
 # a computed attribute name whose constant parts begin like these reaches frames or code objects
 _INTROSPECTION_PREFIXES = ("tb_", "f_", "gi_", "cr_", "ag_")
 _DUNDER_PREFIXES = ("__torch_", "__class__", "__dict__", "__closure", "__code", "__globals", "__traceback",
@@ -139,6 +154,12 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
+def _import_names(tree: ast.AST) -> set[str]:
+    """Names bound by the source's import statements."""
+    return {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names}
+
+
 def _aliases(tree: ast.AST) -> dict[str, str]:
     """Local name -> the module or object it names (``import torch.cuda as tc`` gives tc -> torch.cuda)."""
     out: dict[str, str] = {}
@@ -151,6 +172,17 @@ def _aliases(tree: ast.AST) -> dict[str, str]:
             for a in n.names:
                 if a.name != "*":
                     out[a.asname or a.name] = f"{n.module}.{a.name}"
+    # a name bound to an imported module's attribute (``s = os.sys``; a stop-39 attack looked up the harness's
+    # modules through such a name): the first binding, resolved through the imports
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and \
+                isinstance(n.value, (ast.Name, ast.Attribute)) and n.targets[0].id not in out:
+            src = _dotted(n.value)
+            head, _, rest = src.partition(".")
+            if head in out and head != n.targets[0].id:
+                out[n.targets[0].id] = f"{out[head]}.{rest}" if rest else out[head]
+            elif head in _MODULE_ROOTS and rest:
+                out[n.targets[0].id] = src
     return out
 
 
@@ -159,6 +191,9 @@ class _Names:
 
     def __init__(self, tree: ast.AST) -> None:
         self.aliases = _aliases(tree)
+        #: names that alias by assignment, not by import
+        self.assigned = {n.targets[0].id for n in ast.walk(tree) if isinstance(n, ast.Assign) and
+                         len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)} - _import_names(tree)
 
     def __call__(self, node: ast.AST) -> str:
         return self.canon(_dotted(node))
@@ -237,6 +272,33 @@ def _reraises(handler: ast.ExceptHandler) -> bool:
     return bool(handler.body) and isinstance(handler.body[-1], ast.Raise)
 
 
+class _ConstantLookups(ast.NodeTransformer):
+    """Reads ``getattr(x, "name")`` (a default, ``builtins.getattr``, ``object.__getattribute__`` too) as
+    ``x.name``, and ``operator.attrgetter("a.b")(x)`` as ``x.a.b``, so that every rule on attributes judges
+    them: a stop-39 attack reached the harness's modules by ``getattr(os.sys, "modules")``, which the
+    ``.modules`` rule did not see."""
+
+    _GETATTR = {"getattr", "builtins.getattr", "object.__getattribute__", "type.__getattribute__"}
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        name = _dotted(node.func)
+        if name in self._GETATTR and len(node.args) in (2, 3) and not node.keywords:
+            attr = node.args[1]
+            if isinstance(attr, ast.Constant) and isinstance(attr.value, str) and attr.value.isidentifier():
+                return ast.copy_location(ast.Attribute(value=node.args[0], attr=attr.value, ctx=ast.Load()), node)
+        if isinstance(node.func, ast.Call) and _dotted(node.func.func) in ("attrgetter", "operator.attrgetter") \
+                and len(node.args) == 1 and len(node.func.args) == 1 and not node.func.keywords:
+            path = node.func.args[0]
+            if isinstance(path, ast.Constant) and isinstance(path.value, str) and \
+                    all(p.isidentifier() for p in path.value.split(".")):
+                out: ast.expr = node.args[0]
+                for p in path.value.split("."):
+                    out = ast.copy_location(ast.Attribute(value=out, attr=p, ctx=ast.Load()), node)
+                return out
+        return node
+
+
 def static_findings(source: str) -> list[Finding]:
     """Static integrity findings for candidate ``source`` (see the module docstring's table).
 
@@ -247,6 +309,7 @@ def static_findings(source: str) -> list[Finding]:
         tree = ast.parse(source)
     except SyntaxError as e:
         return [Finding("static.syntax", Severity.INFO, "", f"syntax error at line {e.lineno}: {e.msg}")]
+    tree = ast.fix_missing_locations(_ConstantLookups().visit(tree))
     out: list[Finding] = []
     strings = _string_constants(tree)
     canon = _Names(tree)
@@ -296,6 +359,9 @@ def static_findings(source: str) -> list[Finding]:
                     out.append(_f("static.subprocess", Severity.WARN, "subprocess", f"imports {m}", n))
                 if root == "ctypes":
                     out.append(_f("static.introspection", Severity.WARN, "ctypes", "imports ctypes", n))
+                    if m.rsplit(".", 1)[-1] in _CTYPES_MEMORY:
+                        out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                                      f"imports {m}: it reads or writes the interpreter's own memory", n))
     # the module's own statements (in top-level if / try / with blocks too, not in functions or classes): where
     # setting __package__ and kin poses as another module
     module_level: set[ast.AST] = set()
@@ -350,7 +416,8 @@ def static_findings(source: str) -> list[Finding]:
                 # a name assembled from pieces ("tb_" + "frame"): judged by what the pieces spell
                 folded, pieces = _fold_str(n.args[1])
                 if folded is not None:
-                    hidden = folded if folded in _INTROSPECTION_ATTRS or folded.startswith(_DUNDER_PREFIXES) else None
+                    hidden = folded if folded in _INTROSPECTION_ATTRS or folded == "modules" or \
+                        folded.startswith(_DUNDER_PREFIXES) else None
                 else:  # a piece that begins such a name beyond its bare prefix ("f_lo" + x, "__torch_" + x)
                     hidden = next((p for p in pieces if p.startswith(_DUNDER_PREFIXES) or any(
                         a.startswith(p) and len(p) > len(q) for a in _INTROSPECTION_ATTRS
@@ -383,7 +450,8 @@ def static_findings(source: str) -> list[Finding]:
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
             for t in targets:
                 for tt in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
-                    _check_store(canon(tt), n, out)
+                    # rebinding a name bound by assignment (``s = os.sys``) changes no library object
+                    _check_store("" if isinstance(tt, ast.Name) and tt.id in canon.assigned else canon(tt), n, out)
                     if isinstance(tt, ast.Name) and tt.id in _MODULE_IDENTITY and n in module_level:
                         # what the module's relative imports and pickling resolve against: set, it reaches other
                         # packages' modules (the harness's own) without importing them by name
@@ -420,7 +488,12 @@ def static_findings(source: str) -> list[Finding]:
                           f"names {n.value} in a string", n))
         elif isinstance(n, ast.Attribute):
             owner = canon(n.value)
-            if n.attr in _INTROSPECTION_ATTRS or (n.attr == "modules" and (owner == "sys" or id(n) not in called)) or \
+            if n.attr in _CTYPES_MEMORY and (owner.split(".")[0] == "ctypes" or n.attr in _CTYPES_ANY_OWNER):
+                out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                              f"uses {_dotted(n) or n.attr}: it reads or writes the interpreter's own memory (a "
+                              "timer's C function can be swapped so)", n))
+            if n.attr in _INTROSPECTION_ATTRS or (n.attr == "modules" and (owner.rsplit(".", 1)[-1] == "sys" or
+                                                                          id(n) not in called)) or \
                     (n.attr == "stack" and owner == "inspect") or \
                     (n.attr == "__dict__" and (owner in _SENSITIVE_OWNERS or
                                                owner.rsplit(".", 1)[-1] in _SENSITIVE_LEAVES)):
@@ -439,6 +512,18 @@ def static_findings(source: str) -> list[Finding]:
     if _STREAM_RE.search(strings):
         out.append(Finding("static.side-stream", Severity.WARN, "side-stream",
                            f"kernel source creates or uses its own stream: {_STREAM_RE.search(strings).group(0)}"))
+    m = _KERNEL_PYAPI_RE.search(strings)
+    if m:
+        out.append(Finding("static.introspection", Severity.CHEAT, "introspection",
+                           f"kernel source reaches the interpreter's objects: {m.group(0)!r}"))
+    if "ctypes" in {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | \
+            {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}:
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "id":
+                out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                              "takes an object's address (id()) with ctypes imported: it reads or writes the "
+                              "interpreter's own memory", n))
+                break
     m = _KERNEL_THREAD_RE.search(strings)
     if m:
         out.append(Finding("static.threads", Severity.CHEAT, "deferred-work",
@@ -557,6 +642,9 @@ _PROTECTED_LIBRARY: dict[str, tuple[str, ...]] = {
                      "numel", "is_floating_point", "view"),
     "torch.cuda": ("synchronize", "Event", "Stream", "current_stream", "default_stream"),
     "torch.cuda.Event": ("elapsed_time", "record", "synchronize", "query", "__init__", "__new__"),
+    # the C methods torch.cuda.Event and torch.cuda.synchronize call (their C entry points too: c_entry_points)
+    "torch._C._CudaEventBase": ("elapsed_time", "record", "synchronize", "query"),
+    "torch._C": ("_cuda_synchronize",),
     "torch.testing": ("assert_close",),
     "torch.profiler": ("profile",),
     "torch.autograd.profiler": ("profile",),
@@ -663,8 +751,58 @@ def _code_parts(obj: Any) -> tuple[Any, ...]:
         fn = fn.fget
     code = getattr(fn, "__code__", None) if not isinstance(fn, type) else None
     if code is None:
-        return ()
+        return c_entry_points(fn)
     return (id(code), id(getattr(fn, "__defaults__", None)), id(getattr(fn, "__kwdefaults__", None)))
+
+
+_BUILTIN_FUNCTION = type(len)
+_METHOD_DESCRIPTOR = type(str.join)
+
+
+def _c_layout_ok() -> bool:
+    import sys
+    import sysconfig
+
+    return sys.implementation.name == "cpython" and (3, 10) <= sys.version_info[:2] <= (3, 14) and \
+        sys.maxsize > 2**32 and not sysconfig.get_config_var("Py_GIL_DISABLED")
+
+
+_C_LAYOUT_OK = _c_layout_ok()
+
+
+def c_entry_points(obj: Any) -> tuple[int, ...]:
+    """The C addresses a call of a builtin function or method descriptor goes through: the object's method table
+    entry (``PyMethodDef *``), that entry's C function (``ml_meth``) and the object's vectorcall slot. A candidate
+    that rewrites one through ``ctypes`` keeps the Python object the same, so identity checks alone miss it (a
+    stop-39 attack swapped ``time.perf_counter_ns``'s C function and reported times 19x too short). Empty for other
+    objects and for interpreters whose object layout this does not know (not CPython 3.10-3.14, 64-bit, with the
+    GIL); the layout is confirmed on each object (its ``m_self`` / ``d_type`` and ``d_name`` fields) before any
+    pointer is followed."""
+    if not _C_LAYOUT_OK or type(obj) not in (_BUILTIN_FUNCTION, _METHOD_DESCRIPTOR):
+        return ()
+    import ctypes
+
+    def word(addr: int) -> int:
+        return ctypes.c_void_p.from_address(addr).value or 0
+
+    base = id(obj)
+    if type(obj) is _BUILTIN_FUNCTION:
+        # PyCFunctionObject: PyObject_HEAD, m_ml, m_self, m_module, m_weakreflist, vectorcall
+        if word(base + 24) != (id(obj.__self__) if obj.__self__ is not None else 0):
+            return ()
+        ml, vectorcall = word(base + 16), word(base + 48)
+    else:
+        # PyMethodDescrObject: PyObject_HEAD, d_type, d_name, d_qualname, d_method, vectorcall
+        if word(base + 16) != id(obj.__objclass__) or word(base + 24) != id(obj.__name__):
+            return ()
+        ml, vectorcall = word(base + 40), word(base + 48)
+    if not ml:
+        return ()
+    # PyMethodDef: ml_name, ml_meth, ml_flags, ml_doc; its name must be the object's before ml_meth is trusted
+    name = ctypes.c_char_p.from_address(ml).value
+    if name is None or name.decode("utf-8", "replace") != obj.__name__:
+        return ()
+    return (ml, word(ml + 8), vectorcall)
 
 
 class ThreadWatch:

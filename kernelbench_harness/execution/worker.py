@@ -21,6 +21,7 @@ Conversation with the trusted side (JSON lines, see :mod:`.channel`)::
     parent -> {"cmd": "recheck", set, inplace}   child -> {"event": "output", ...}
     parent -> {"cmd": "finish"}      child -> {"event": "done", findings}
     child -> {"event": "error", kind, error}   on any failure (then exits)
+    child -> {"event": "finding", findings}    at any time: one finding, sent when it is made (_Job.flag)
     child -> {"event": "host_work", on, what}  at any time (job["compile_notice"]): a stretch of host work
              (a Triton JIT compile) begins, its device work synchronised first (on: true), or ends (on: false)
 
@@ -397,7 +398,6 @@ class _Job:
         self.refresh_key = int(job.get("refresh_key") or 0)  # timing.keyed_round: the trusted side's secret
         self.trial_launches: list[int] = []  # each judged call's custom-kernel launches (time_it's timed-path check)
         self.precision = _DTYPE[self.protocol.get("precision", "fp32")]
-        self.findings: list[dict[str, Any]] = []
         self.record = BuildRecord()
         self.launches = _LaunchCounter()
         self.phase_s: dict[str, float] = {}
@@ -428,29 +428,34 @@ class _Job:
 
     # -- helpers -----------------------------------------------------------------------------
     def send(self, obj: dict[str, Any]) -> None:
-        """Send ``obj`` to the trusted side, with the findings gathered since the last message. Called through the
-        class (``_Job.send(job, obj)``), never through the object: a candidate that reached the job object could
-        shadow a method with an attribute of its own (the harness's job object had ``send`` replaced so that every
-        time it sent was divided by 1000); such an attribute is reported and removed here."""
+        """Send ``obj`` to the trusted side. Called through the class (``_Job.send(job, obj)``), never through the
+        object: a candidate that reached the job object could shadow a method with an attribute of its own (the
+        harness's job object had ``send`` replaced so that every time it sent was divided by 1000); such an
+        attribute is reported and removed here."""
         own = object.__getattribute__(self, "__dict__")
         shadowed = [k for k in list(own) if k in _JOB_METHODS]
+        extra: list[dict[str, Any]] = []
         if shadowed:
             for k in shadowed:
                 own.pop(k, None)
-            self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
-                                          "the harness's job object had its method(s) shadowed: " +
-                                          ", ".join(shadowed[:8])))
+            extra.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+                                  "the harness's job object had its method(s) shadowed: " + ", ".join(shadowed[:8])))
         chan = _CHANNEL[0]
         if self.chan is not chan or _type(chan).send is not _CHANNEL_SEND or chan.sock is not _CHANNEL_SOCK[0]:
             # the candidate swapped the channel (or its send) to rewrite what reaches the trusted side
-            self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
-                                          "the harness's channel to the trusted side was replaced"))
+            extra.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+                                  "the harness's channel to the trusted side was replaced"))
             self.chan = chan
             chan.sock = _CHANNEL_SOCK[0]
-        if self.findings:
-            obj.setdefault("findings", []).extend(self.findings)
-            self.findings = []
+        if extra:
+            obj.setdefault("findings", []).extend(extra)
         chan.send(obj)  # type: ignore[union-attr]
+
+    def flag(self, finding: dict[str, Any]) -> None:
+        """Send one finding to the trusted side now, as a message of its own (``{"event": "finding"}``), rather
+        than keep it for the next answer: a list kept in this process is one a candidate that reaches the job
+        object can empty (stop 39's attack replaced it with one that kept nothing). Called through the class."""
+        _Job.send(self, {"event": "finding", "findings": [finding]})
 
     def check_integrity(self, where: str) -> None:
         """Timers, comparison functions, launch hooks and global flags unchanged; no new threads."""
@@ -459,36 +464,36 @@ class _Job:
             owner: Any = {"time": __import__("time"), "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event}.get(
                 mod_name)
             if owner is not None and getattr(owner, attr, None) is not fn:
-                self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+                _Job.flag(self, _finding("runtime.timer-tamper", "cheat", "timer-tamper",
                                               f"{name} was replaced ({where})"))
         for name, fn in _COMPARE_FUNCS.items():
             mod_name, _, attr = name.rpartition(".")
             owner = torch if mod_name == "torch" else torch.Tensor
             if getattr(owner, attr, None) is not fn:
-                self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+                _Job.flag(self, _finding("runtime.timer-tamper", "cheat", "timer-tamper",
                                               f"{name} was replaced ({where})"))
         for label in self.launches.intact():
-            self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+            _Job.flag(self, _finding("runtime.timer-tamper", "cheat", "timer-tamper",
                                           f"the harness's launch counter {label} was removed ({where})"))
         changed = [n for n in self.protected.changed() if n not in self.tampered]
         if changed:
             self.tampered.update(changed)
-            self.findings.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
+            _Job.flag(self, _finding("runtime.timer-tamper", "cheat", "timer-tamper",
                                           f"replaced ({where}): " + ", ".join(changed[:12]), replaced=changed[:50]))
         if _mode_depths() != self.modes0 and not getattr(self, "_modes_reported", False):
             self._modes_reported = True
-            self.findings.append(_finding("runtime.torch-mode", "cheat", "non-plain-tensor",
+            _Job.flag(self, _finding("runtime.torch-mode", "cheat", "non-plain-tensor",
                                           f"a torch function or dispatch mode is active ({where}): it sees and "
                                           "can change every tensor operation, the harness's reads of outputs too"))
         if _gettrace() is not None or _getprofile() is not None or \
                 getattr(threading, "_trace_hook", None) is not None or \
                 getattr(threading, "_profile_hook", None) is not None:
-            self.findings.append(_finding("runtime.trace-hook", "cheat", "introspection",
+            _Job.flag(self, _finding("runtime.trace-hook", "cheat", "introspection",
                                           f"a trace or profile hook is installed ({where})"))
         flags = snapshot_global_flags()
         changed = {k: (self.flags0[k], v) for k, v in flags.items() if self.flags0.get(k) != v}
         if changed:
-            self.findings.append(_finding("runtime.global-state", "cheat", "global-state",
+            _Job.flag(self, _finding("runtime.global-state", "cheat", "global-state",
                                           f"process-wide switches changed ({where}): " +
                                           ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items()),
                                           changed={k: list(v) for k, v in changed.items()}))
@@ -496,7 +501,7 @@ class _Job:
         alive = {t.ident: t.name for t in _enumerate_threads() if t.ident not in self.threads0 and t.is_alive()}
         alive.update({i: n for i, n in self.thread_watch.running().items() if i not in self.threads0})
         if alive:
-            self.findings.append(_finding("runtime.threads", "cheat", "deferred-work",
+            _Job.flag(self, _finding("runtime.threads", "cheat", "deferred-work",
                                           f"{len(alive)} thread(s) started by the candidate are alive ({where}): "
                                           + ", ".join(sorted(alive.values()))))
             self.threads0 |= set(alive)
@@ -733,14 +738,14 @@ class _Job:
         for j, o in enumerate(outs):
             if _isinstance(o, torch.Tensor):
                 if _type(o) is not _Tensor:
-                    self.findings.append(_finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
+                    _Job.flag(self, _finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
                                                   f"output {j} is a {_type(o).__name__}, not a plain torch.Tensor"))
                     o = o.as_subclass(_Tensor)
                 if o.layout != torch.strided or o.is_sparse or o.device.type == "meta":
-                    self.findings.append(_finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
+                    _Job.flag(self, _finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
                                                   f"output {j} has layout {o.layout} on {o.device}"))
                 if o.device.type != self.device.type:
-                    self.findings.append(_finding("runtime.device", "warn", "device",
+                    _Job.flag(self, _finding("runtime.device", "warn", "device",
                                                   f"output {j} is on {o.device}, inputs on {self.device}"))
                 if o.requires_grad:
                     o = o.detach()
@@ -749,7 +754,7 @@ class _Job:
                 _sleep(0.02)
                 self.sync()
                 if not _same(snap, o):
-                    self.findings.append(_finding("runtime.deferred-work", "cheat", "deferred-work",
+                    _Job.flag(self, _finding("runtime.deferred-work", "cheat", "deferred-work",
                                                   f"output {j} changed after forward returned ({where})"))
             descs.append(self.describe_output(o, f"out_{where}_{idx}_{j}.bin"))
         # inputs unchanged?
@@ -757,11 +762,11 @@ class _Job:
             for j, (a, b) in enumerate(zip(call_args, pristine)):
                 if _isinstance(a, torch.Tensor) and not (_equal(a, b) or (a.is_floating_point() and
                                                                          _equal(a.nan_to_num(), b.nan_to_num()))):
-                    self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
+                    _Job.flag(self, _finding("runtime.input-mutation", "cheat", "input-mutation",
                                                   f"forward wrote into input {j} ({where}, set {idx})"))
             for j, (a, b) in enumerate(zip(inputs, pristine)):
                 if clone and _isinstance(a, torch.Tensor) and not _equal(a, b):
-                    self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
+                    _Job.flag(self, _finding("runtime.input-mutation", "cheat", "input-mutation",
                                                   f"input {j} changed although the candidate got a clone"))
         self.check_integrity(f"after {where} call on set {idx}")
         launches = {"extension_calls": sum(self.record.calls.values()) - calls0,
@@ -915,7 +920,7 @@ class _Job:
         except Exception:  # the extra call failed under the watch: no evidence either way
             return
         if evidence:
-            self.findings.append(_finding("runtime.precision", "policy", "precision",
+            _Job.flag(self, _finding("runtime.precision", "policy", "precision",
                                           "lower-precision arithmetic in an fp32 run: " + "; ".join(evidence[:6]),
                                           ops=evidence))
 
@@ -1010,7 +1015,7 @@ class _Job:
             # the judged calls launched custom kernels (a median of ``median`` each); the timed calls none, or
             # markedly fewer: the time is not that of what was judged. A timing finding, not a cheat: a path the
             # counters do not see (a CUDA graph the candidate replays) is honest, and gets no speedup either way
-            self.findings.append(_finding("runtime.kernel-launch", "timing", "timed-path",
+            _Job.flag(self, _finding("runtime.kernel-launch", "timing", "timed-path",
                                           f"the judged calls launched a median of {median} custom kernel(s) each "
                                           f"({judged[:8]}), the {n_calls[0]} timed calls {timed_custom} in all: "
                                           "what was timed is not what was judged"))
@@ -1022,12 +1027,12 @@ class _Job:
                 want = (src if last_round[j] is None or not buf.is_floating_point()
                         else _timing.refresh_values(src, last_round[j], key=self.refresh_key))
                 if not _same(buf, want):
-                    self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
+                    _Job.flag(self, _finding("runtime.input-mutation", "cheat", "input-mutation",
                                                   f"forward wrote into input {n} during timing (set {j})"))
         # the in-place re-check writes into set 0's buffers; the others go back (with ``base``) before it
         self.timing_buffers = sets[:1]
         if odd:
-            self.findings.append(_finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
+            _Job.flag(self, _finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
                                           f"a timed call returned a {odd[0]}, not a plain torch.Tensor"))
         self.check_integrity("after timing")
         if self.device.type == "cuda":
@@ -1067,7 +1072,7 @@ class _Job:
             for n, (b, f) in enumerate(zip(bufs, fresh)):
                 if _isinstance(b, torch.Tensor) and _isinstance(f, torch.Tensor) and b.shape == f.shape and \
                         not _same(b, f.to(b.dtype)):
-                    self.findings.append(_finding("runtime.input-mutation", "cheat", "input-mutation",
+                    _Job.flag(self, _finding("runtime.input-mutation", "cheat", "input-mutation",
                                                   f"forward wrote into input {n} (recheck in the timing buffers)"))
         else:
             self.run_trial(idx, where="recheck")
@@ -1149,7 +1154,7 @@ def run_job(chan: Channel, job: dict[str, Any]) -> int:
         # would reach the trusted side after it sent its next command, not while it waits for one
         j.watch_precision(next(iter(j.sets_cache), 0))
         j.sync()
-        # its findings travel with this answer; after it, this process waits (the trusted side may give the
+        # its findings went before this answer; after it, this process waits (the trusted side may give the
         # device to another slot's timing window there)
         _Job.send(j, {"event": "watched"})
         while True:
