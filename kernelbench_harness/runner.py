@@ -176,19 +176,26 @@ def baseline_modes(protocol: Protocol) -> list[str]:
     return modes
 
 
-def extension_cache_dir(cfg: "RunConfig") -> Path:
+def extension_cache_dir(cfg: "RunConfig", *, create: bool = True) -> Path:
     """The content-addressed extension cache shared by the build pool (writer, through the trusted side)
     and every device slot (reader): ``cfg.build_cache``, ``$KBENCH_BUILD_CACHE``, or
-    ``results/build_cache``; created if missing.
+    ``results/build_cache``; created if missing (``create=False``: only checked, so that a run refused or
+    with nothing to evaluate leaves no folder behind; its closest existing folder must be writable).
 
     Raises:
         ConfigError: the folder cannot be created or written.
     """
     d = Path(cfg.build_cache or os.environ.get("KBENCH_BUILD_CACHE") or "results/build_cache").resolve()
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        if not os.access(d, os.W_OK | os.X_OK):
-            raise PermissionError(f"no write access to {d}")
+        if create:
+            d.mkdir(parents=True, exist_ok=True)
+        probe = d
+        while not probe.exists() and probe.parent != probe:
+            probe = probe.parent
+        if not probe.is_dir():
+            raise NotADirectoryError(f"{probe} is not a folder")
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise PermissionError(f"no write access to {probe}")
     except OSError as e:
         raise ConfigError(f"the build cache folder {str(d)!r} cannot be used: {e.strerror or e}",
                           fix="set KBENCH_BUILD_CACHE to a folder you can write "
@@ -469,7 +476,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             plan_dev = "cuda" if any(d.startswith("cuda") for d in devices) else "cpu"
         # one folder of prebuilt extensions, written by the build pool and read by every device slot (an
         # unusable one is an error before the store exists)
-        build_cache = extension_cache_dir(cfg)
+        build_cache = extension_cache_dir(cfg, create=False)
 
         def plan(ad: ModelAdapter) -> tuple[tuple[str, ...], dict[tuple[int, int, str, int], int],
                                             list[tuple[SampleSpec, int]], int]:
@@ -497,6 +504,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                                   unanswered=unanswered)
         if store is None:  # a new run opens (and may create) the store once it has something to evaluate
             store, stored = open_store(cfg)
+        extension_cache_dir(cfg)  # created now: there is something to evaluate (or the plan follows the start)
         if stored is not None:  # this process runs it now: a second --resume is refused until it ends
             store.claim_run(run_name)
             heartbeat = Heartbeat(store, run_name)

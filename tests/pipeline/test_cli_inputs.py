@@ -98,8 +98,10 @@ def test_a_replay_with_no_usable_line_is_an_error_and_stores_no_run(tmp_path):
     assert not (tmp_path / "k.db").exists()  # nothing to evaluate creates no database file
 
 
-def test_a_replay_with_nothing_to_evaluate_leaves_an_existing_database_as_it_was(tmp_path):
+def test_a_replay_with_nothing_to_evaluate_leaves_an_existing_database_as_it_was(tmp_path, monkeypatch):
     from kernelbench_harness.store import Store
+
+    monkeypatch.setenv("KBENCH_BUILD_CACHE", str(tmp_path / "cache" / "build_cache"))
 
     db_file = tmp_path / "k.db"
     with Store(f"sqlite:///{db_file}") as st:
@@ -109,6 +111,7 @@ def test_a_replay_with_nothing_to_evaluate_leaves_an_existing_database_as_it_was
     gens.write_text(json.dumps({"level": 9, "problem_id": 1, "code": "x"}) + "\n")  # no selected problem
     res, db = _run(tmp_path, "--model", f"replay:{gens}", "--level", "1", "--ids", "1", "--run-name", "new")
     assert isinstance(res.exception, ConfigError) and "nothing to evaluate" in str(res.exception)
+    assert not (tmp_path / "cache").exists()  # nor a build cache folder
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p != gens} == before
 
 
