@@ -203,6 +203,17 @@ def extension_cache_dir(cfg: "RunConfig", *, create: bool = True) -> Path:
     return d
 
 
+def _sqlite_file_absent(db: str) -> bool:
+    """True when ``db`` is an SQLite URL whose file does not exist yet (no run can be in it)."""
+    from .store.api import _sqlite_path
+
+    try:
+        path = _sqlite_path(db)
+    except Exception:  # noqa: BLE001 - a malformed URL: the store's own error says so when it opens
+        return False
+    return path is not None and not path.exists()
+
+
 def _slot_devices(cfg: RunConfig) -> list[str]:
     """The local executor's slot devices for ``cfg``: each of ``--gpus`` ``--slots-per-gpu`` times."""
     from .executors.local import resolve_devices
@@ -502,7 +513,10 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                                   skipped_done=skipped, wall_s=time.perf_counter() - t_run, phase_s={},
                                   problem_issues=tuple(f"{i.path}: {i.reason}" for i in ps.issues),
                                   unanswered=unanswered)
-        if store is None:  # a new run opens (and may create) the store once it has something to evaluate
+        if store is None and (planned_early or not _sqlite_file_absent(cfg.db)):
+            # a new run opens (and may create) the store once it has something to evaluate; one planned after the
+            # device workers start (bundled on Ray) opens it now only where it exists (a name taken is an error
+            # before they start), else after the plan
             store, stored = open_store(cfg)
         extension_cache_dir(cfg)  # created now: there is something to evaluate (or the plan follows the start)
         if stored is not None:  # this process runs it now: a second --resume is refused until it ends
@@ -530,7 +544,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             heartbeat.stop()
             with contextlib.suppress(Exception):
                 store.set_run_status(run_name, "interrupted", if_runner=True)
-        store.close()
+        if store is not None:
+            store.close()
         raise
     pool: BuildPool | None = None
     status = "interrupted"
@@ -546,6 +561,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             if device_planned:
                 ad = get_adapter(cfg.model, options={**cfg.model_options, "device": devtype})
             unanswered, replace_from, todo, skipped = plan(ad)
+        if store is None:  # planned after the device workers started (plan raised if there was nothing to do)
+            store, stored = open_store(cfg)
         if stored is None:
             store.create_run(run_name, model=cfg.model, protocol=protocol.to_dict(),
                              config={"run_config": cfg.to_dict(), "run_seed": seed, "problems_source": ps.source,
@@ -772,7 +789,7 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                           build_stats=dict(pool.stats) if pool else {}, warm=warm_info, unanswered=unanswered)
     except BaseException:
         try:
-            cut = store.get_run(run_name)
+            cut = store.get_run(run_name) if store is not None else None
             if cut is not None:
                 INTERRUPTED.append((run_name, cfg.db))  # for the CLI's "continue it with" line
                 hw = None
@@ -797,7 +814,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             finally:
                 if heartbeat is not None:
                     heartbeat.stop()
-                store.close()
+                if store is not None:  # (None: a run planned after the start that stopped before it opened one)
+                    store.close()
 
 
 class SampleGate:

@@ -622,3 +622,29 @@ def test_model_arguments_for_a_model_that_is_not_an_llm_are_refused(tmp_path, mo
     assert "-M temperature" in res.exception.message and "takes no model arguments" in res.exception.message
     assert "drop -M" in res.exception.fix and "openai/<model>" in res.exception.fix
     assert not (tmp_path / "k.db").exists()
+
+
+def test_a_run_planned_after_its_workers_start_with_nothing_to_evaluate_creates_no_database(tmp_path, monkeypatch):
+    """Bundled on Ray plans once the workers say which device they have; a plan with nothing to evaluate (CUDA
+    solutions on a CPU worker) stops before the store is opened, so no --db file is left behind."""
+    import asyncio
+
+    import kernelbench_harness.runner as runner
+    from kernelbench_harness.runner import RunConfig, execute_run
+
+    closed = []
+
+    class _Workers:  # the Ray executor's face, without Ray: CPU workers
+        def fingerprint(self):
+            return {"device_type": "cpu"}
+
+        async def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(runner, "_make_executor", lambda cfg, cache: _Workers())
+    monkeypatch.setattr(runner, "_start_sizing", lambda *a, **k: None)
+    cfg = RunConfig(model="bundled", model_options={"variant": "cuda"}, levels=(1,), ids="3", executor="ray",
+                    db=f"sqlite:///{tmp_path / 'k.db'}", build_cache=str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match="nothing to evaluate"):
+        asyncio.run(execute_run(cfg))
+    assert closed and not (tmp_path / "k.db").exists()
