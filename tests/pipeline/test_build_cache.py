@@ -99,11 +99,22 @@ def test_a_prebuilt_binary_replaced_during_the_run_is_caught_and_removed(tmp_pat
         pool.close()
 
 
+# one extension without torch's headers (it compiles in a second, not in the twenty torch/extension.h takes here)
 _SAME_EXTENSION = '''import torch
 from torch.utils.cpp_extension import load_inline
 
-_ext = load_inline(name="twice", cpp_sources="torch::Tensor twice(torch::Tensor x) {{ return x * 2; }}",
-                   functions=["twice"])
+_SOURCE = r"""
+#include <Python.h>
+#define KB_CAT_(a, b) a##b
+#define KB_CAT(a, b) KB_CAT_(a, b)
+#define KB_STR_(a) #a
+#define KB_STR(a) KB_STR_(a)
+static PyObject* twice(PyObject*, PyObject* x) {{ return PyNumber_Add(x, x); }}
+static PyMethodDef methods[] = {{{{"twice", twice, METH_O, nullptr}}, {{nullptr, nullptr, 0, nullptr}}}};
+static PyModuleDef module = {{PyModuleDef_HEAD_INIT, KB_STR(TORCH_EXTENSION_NAME), nullptr, -1, methods}};
+PyMODINIT_FUNC KB_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {{ return PyModule_Create(&module); }}
+"""
+_ext = load_inline(name="twice", cpp_sources=_SOURCE, no_implicit_headers=True)
 
 
 class ModelNew(torch.nn.Module):
