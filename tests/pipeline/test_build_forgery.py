@@ -22,14 +22,24 @@ from kernelbench_harness.execution.builder import BuildPool, _SharedWork, _tree_
 
 from .test_build_claims import _Handle  # the build process stand-in: scripted messages
 
-_HONEST_ARGS = {"name": "twice", "cpp_sources": "torch::Tensor twice(torch::Tensor x) { return x * 2; }",
-                "functions": ["twice"]}
+# an extension without torch's headers (a second to compile here instead of twenty); the pool names it itself
+_HONEST_SOURCE = r"""
+#include <Python.h>
+#define KB_CAT_(a, b) a##b
+#define KB_CAT(a, b) KB_CAT_(a, b)
+#define KB_STR_(a) #a
+#define KB_STR(a) KB_STR_(a)
+static PyObject* twice(PyObject*, PyObject* x) { return PyNumber_Add(x, x); }
+static PyMethodDef methods[] = {{"twice", twice, METH_O, nullptr}, {nullptr, nullptr, 0, nullptr}};
+static PyModuleDef module = {PyModuleDef_HEAD_INIT, KB_STR(TORCH_EXTENSION_NAME), nullptr, -1, methods};
+PyMODINIT_FUNC KB_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&module); }
+"""
+_HONEST_ARGS = {"name": "twice", "cpp_sources": _HONEST_SOURCE, "no_implicit_headers": True}
 
-_HONEST = '''import torch
+_HONEST = f'''import torch
 from torch.utils.cpp_extension import load_inline
 
-_ext = load_inline(name="twice", cpp_sources="torch::Tensor twice(torch::Tensor x) { return x * 2; }",
-                   functions=["twice"])
+_ext = load_inline(name="twice", cpp_sources={_HONEST_SOURCE!r}, no_implicit_headers=True)
 
 
 class ModelNew(torch.nn.Module):
@@ -46,7 +56,7 @@ import torch.utils.cpp_extension as ce
 from kernelbench_harness.execution.build import extension_key
 from kernelbench_harness.execution.channel import Channel
 
-ba = inspect.signature(ce.load_inline).bind(name="mine", cpp_sources=@SOURCE@, functions=["twice"])
+ba = inspect.signature(ce.load_inline).bind(name="mine", cpp_sources=@SOURCE@, no_implicit_headers=True)
 ba.apply_defaults()
 target = "kb_" + extension_key("load_inline", dict(ba.arguments))
 folder = Path(os.environ["TORCH_EXTENSIONS_DIR"]) / target
