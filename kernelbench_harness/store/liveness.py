@@ -8,8 +8,9 @@ runner writes every :data:`HEARTBEAT_S` seconds while it works (:class:`Heartbea
 A run stored as ``running`` is judged when it is read (:func:`judge_runner`):
 
 - on the machine of its runner (same host name, boot and pid namespace): it runs while that process exists
-  with the recorded start time, and is gone at once otherwise (killed with SIGKILL, crashed, the machine
-  restarted);
+  with the recorded start time and its heartbeat is younger than :data:`STALE_AFTER_S` (an older one: the
+  process is stopped or hung, and counts as gone), and is gone at once otherwise (killed with SIGKILL, crashed,
+  the machine restarted);
 - anywhere else (a PostgreSQL store shared between hosts, a container with pids of its own): it runs while its
   heartbeat is younger than :data:`STALE_AFTER_S`;
 - with no runner recorded (started by a kbench before schema revision 0003): it is gone.
@@ -148,6 +149,12 @@ def judge_runner(host: str | None, pid: int | None, start: str | None, heartbeat
     machine = _machine()
     if start and machine and host == socket.gethostname() and start.rsplit("/", 1)[0] == machine:
         if _start_ticks(pid) == start.rsplit("/", 1)[1]:
+            if age is not None and age > stale_after_s:
+                # the process is there but its heartbeat thread has not beaten for long: stopped (SIGSTOP, Ctrl-Z)
+                # or hung; --resume may take the run over (if the old one goes on, each result is stored once)
+                return RunnerState(False, True, f"runner stalled: pid {pid} on this host ({host}) exists but wrote "
+                                                f"no heartbeat for {format_duration(age)} (stopped or hung; end it "
+                                                f"with kill {pid})", age)
             return RunnerState(True, True, f"runner: pid {pid} on this host ({host})", age)
         return RunnerState(False, True, f"runner gone: pid {pid} on this host ({host}) no longer runs (killed or "
                                         "crashed)", age)

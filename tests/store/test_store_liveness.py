@@ -127,6 +127,20 @@ def test_same_host_name_in_another_pid_namespace_is_judged_by_its_heartbeat() ->
     assert not stale.alive and "no heartbeat" in stale.note
 
 
+def test_a_runner_on_this_host_without_a_heartbeat_for_long_is_stalled_not_alive() -> None:
+    """A stopped (Ctrl-Z, SIGSTOP) or hung runner on this host still exists: it counted as alive for good, so
+    ``--resume`` was refused until someone killed it. Past the stale age it is judged gone, with its pid named."""
+    me = current_runner()
+    assert me.start is not None
+    now = datetime.now(UTC)
+    fresh = judge_runner(me.host, me.pid, me.start, now - timedelta(seconds=5), now)
+    assert fresh.alive and fresh.local
+    stalled = judge_runner(me.host, me.pid, me.start, now - timedelta(seconds=STALE_AFTER_S + 60), now)
+    assert not stalled.alive and stalled.local
+    assert f"runner stalled: pid {me.pid} on this host" in stalled.note and f"kill {me.pid}" in stalled.note
+    assert judge_runner(me.host, me.pid, me.start, None, now).alive  # no heartbeat yet: judged by the process
+
+
 def test_terminal_statuses_are_not_judged_and_keep_their_runner(store: Store) -> None:
     _create(store)
     store.set_run_status("r", "finished")
