@@ -90,6 +90,8 @@ class _SharedWork:
 
     compiled: list[str] = field(default_factory=list)
     compile_s: float = 0.0
+    #: compiles the pool started for it (failed ones too): at most BuildPool.MAX_SHARED_COMPILES
+    started: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,10 @@ class BuildPool:
             answered by another request's compile), ``private`` (extensions compiled by candidates' own
             processes: not self-contained, never cached), ``pch_built``, ``pch_used``, ``slim``.
     """
+
+    #: shared compiles the pool runs for one candidate's build (a cached extension costs none); further
+    #: requests are answered ``ext_private``. Real candidates build one to three extensions.
+    MAX_SHARED_COMPILES = 8
 
     def __init__(self, cache_dir: str | os.PathLike[str], *, workers: int = 4, arch_list: str | None = None,
                  timeout_s: float = 900.0, scratch_dir: str | os.PathLike[str] | None = None,
@@ -294,6 +300,12 @@ class BuildPool:
         name = f"kb_{extension_key('load_inline', checked, arch=self.env.get('TORCH_CUDA_ARCH_LIST', ''))}"
         if self._serve_claim(name, held, deadline) == "ext_cached":
             return {"cmd": "ext_cached", "name": name}
+        if shared.started >= self.MAX_SHARED_COMPILES:
+            # a candidate may ask for many compiles, each one the pool's work: past the cap it compiles its own,
+            # on its own time
+            self._release_claims(held)
+            return {"cmd": "ext_private"}
+        shared.started += 1
         try:
             return self._compile_shared(name, checked, deadline, shared)
         finally:

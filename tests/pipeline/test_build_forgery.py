@@ -228,6 +228,11 @@ def test_the_pools_answers_to_a_build_process(tmp_path: Path, monkeypatch: pytes
         assert pool._serve_request(good, held, deadline, work) == {"cmd": "ext_error",
                                                                    "error": "main.cpp:1: error: expected ')'"}
         assert held == set() and name not in pool._ext_busy and not (tmp_path / "cache" / name).exists()
+        # past the cap of compiles for one candidate (the failed one counted), the process compiles its own
+        pool.MAX_SHARED_COMPILES = 1
+        other = shared_build_args(_bound(cpp_sources="int g() { return 2; }"))
+        assert pool._serve_request(other, held, deadline, work) == {"cmd": "ext_private"}
+        assert len(jobs) == 1 and held == set() and not pool._ext_busy
     finally:
         pool.close()
 
