@@ -14,7 +14,7 @@ from kernelbench_harness.core import Outcome
 from kernelbench_harness.runner import RunConfig, execute_run
 from kernelbench_harness.store import Store
 
-from .conftest import SHORT_TIMING
+from .conftest import SHORT_TIMING, TWICE_SOURCE
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                 reason="needs a C++ compiler")
@@ -99,29 +99,18 @@ def test_a_prebuilt_binary_replaced_during_the_run_is_caught_and_removed(tmp_pat
         pool.close()
 
 
-# one extension without torch's headers (it compiles in a second, not in the twenty torch/extension.h takes here)
-_SAME_EXTENSION = '''import torch
+# one extension without torch's headers (what is under test is the one compile, not the headers)
+_SAME_EXTENSION = f'''import torch
 from torch.utils.cpp_extension import load_inline
 
-_SOURCE = r"""
-#include <Python.h>
-#define KB_CAT_(a, b) a##b
-#define KB_CAT(a, b) KB_CAT_(a, b)
-#define KB_STR_(a) #a
-#define KB_STR(a) KB_STR_(a)
-static PyObject* twice(PyObject*, PyObject* x) {{ return PyNumber_Add(x, x); }}
-static PyMethodDef methods[] = {{{{"twice", twice, METH_O, nullptr}}, {{nullptr, nullptr, 0, nullptr}}}};
-static PyModuleDef module = {{PyModuleDef_HEAD_INIT, KB_STR(TORCH_EXTENSION_NAME), nullptr, -1, methods}};
-PyMODINIT_FUNC KB_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {{ return PyModule_Create(&module); }}
-"""
-_ext = load_inline(name="twice", cpp_sources=_SOURCE, no_implicit_headers=True)
+_ext = load_inline(name="twice", cpp_sources={TWICE_SOURCE!r}, no_implicit_headers=True)
 
 
 class ModelNew(torch.nn.Module):
     def forward(self, x):
         return _ext.twice(x)
 
-# candidate {k}: the Python differs, the extension is the same
+# candidate {{k}}: the Python differs, the extension is the same
 '''
 
 
@@ -134,7 +123,7 @@ def _two_at_once(tmp_path: Path) -> dict:
     pool = BuildPool(tmp_path / "cache", workers=2, timeout_s=600, scratch_dir=tmp_path / "s")
 
     async def both():
-        return await asyncio.gather(*(pool.build(Candidate(1, k, _SAME_EXTENSION.format(k=k), Backend.CPP))
+        return await asyncio.gather(*(pool.build(Candidate(1, k, _SAME_EXTENSION.replace("{k}", str(k)), Backend.CPP))
                                       for k in (1, 2)))
 
     try:

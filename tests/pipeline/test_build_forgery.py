@@ -20,26 +20,15 @@ from kernelbench_harness.core import Backend, Candidate
 from kernelbench_harness.execution.build import extension_key, shared_build_args
 from kernelbench_harness.execution.builder import BuildPool, _SharedWork, _tree_fingerprint
 
+from .conftest import TWICE_SOURCE  # an extension without torch's headers: a second to compile
 from .test_build_claims import _Handle  # the build process stand-in: scripted messages
 
-# an extension without torch's headers (a second to compile here instead of twenty); the pool names it itself
-_HONEST_SOURCE = r"""
-#include <Python.h>
-#define KB_CAT_(a, b) a##b
-#define KB_CAT(a, b) KB_CAT_(a, b)
-#define KB_STR_(a) #a
-#define KB_STR(a) KB_STR_(a)
-static PyObject* twice(PyObject*, PyObject* x) { return PyNumber_Add(x, x); }
-static PyMethodDef methods[] = {{"twice", twice, METH_O, nullptr}, {nullptr, nullptr, 0, nullptr}};
-static PyModuleDef module = {PyModuleDef_HEAD_INIT, KB_STR(TORCH_EXTENSION_NAME), nullptr, -1, methods};
-PyMODINIT_FUNC KB_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&module); }
-"""
-_HONEST_ARGS = {"name": "twice", "cpp_sources": _HONEST_SOURCE, "no_implicit_headers": True}
+_HONEST_ARGS = {"name": "twice", "cpp_sources": TWICE_SOURCE, "no_implicit_headers": True}
 
 _HONEST = f'''import torch
 from torch.utils.cpp_extension import load_inline
 
-_ext = load_inline(name="twice", cpp_sources={_HONEST_SOURCE!r}, no_implicit_headers=True)
+_ext = load_inline(name="twice", cpp_sources={TWICE_SOURCE!r}, no_implicit_headers=True)
 
 
 class ModelNew(torch.nn.Module):
