@@ -71,10 +71,12 @@ _SIGNAL_CALLS = {"signal.signal", "signal.setitimer", "signal.alarm", "signal.se
 #: a module's own identity: a candidate that sets one of these poses as another module (a relative import then
 #: resolves into that package)
 _MODULE_IDENTITY = {"__package__", "__spec__", "__name__", "__path__", "__loader__", "__file__"}
-_INTROSPECTION_MODULES = {"gc", "inspect", "traceback", "kernelbench_harness", "__main__", "builtins", "importlib",
+# (``traceback`` and ``importlib`` are judged by what is used of them: printing a caught error and
+# ``importlib.util.find_spec`` are honest; ``traceback.walk_stack`` and ``importlib.import_module`` are not)
+_INTROSPECTION_MODULES = {"gc", "inspect", "kernelbench_harness", "__main__", "builtins",
                           "pkgutil", "pydoc",
                           "runpy", "code", "codeop", "marshal", "pickle", "dill", "cloudpickle"}
-_INTROSPECTION_ATTRS = {"_getframe", "getframe", "f_back", "f_globals", "f_locals", "f_code", "get_objects",
+_INTROSPECTION_ATTRS = {"_getframe", "getframe", "walk_stack", "walk_tb", "f_back", "f_globals", "f_locals", "f_code", "get_objects",
                         "get_referrers", "get_referents", "settrace", "setprofile", "addaudithook",
                         "__subclasses__", "__globals__", "gi_frame", "cr_frame", "tb_frame", "__builtins__",
                         "__code__", "__closure__", "cell_contents", "currentframe", "__traceback__", "tb_next",
@@ -103,7 +105,7 @@ _KERNEL_PROCESS_RE = re.compile(r"\b(mprotect|dlsym|dlopen|dl_iterate_phdr|dladd
                                 r"_GLOBAL_OFFSET_TABLE_|process_vm_writev|ptrace|clock_gettime|gettimeofday|"
                                 r"__attribute__\s*\(\(\s*constructor|syscall)\b|/proc/self/|/proc/\d+/")
 # the exception being handled, and with it the frames of the code that called the candidate's
-_EXCEPTION_STATE = {"exc_info", "exception", "last_traceback", "last_exc", "last_value", "excepthook"}
+_EXCEPTION_STATE = {"last_traceback", "last_exc"}
 # of those, the ones no other library spells alike (``X.from_address`` is ctypes' whatever X is)
 _CTYPES_ANY_OWNER = {"from_address", "pythonapi", "PYFUNCTYPE", "PyDLL"}
 # modules whose attributes a name may be bound to (``s = os.sys``) without an import naming it
@@ -113,6 +115,12 @@ _INTROSPECTION_PREFIXES = ("tb_", "f_", "gi_", "cr_", "ag_")
 _DUNDER_PREFIXES = ("__torch_", "__class__", "__dict__", "__closure", "__code", "__globals", "__traceback",
                     "__subclasses", "__builtins")
 _INTROSPECTION_BUILTINS = {"globals", "__import__", "eval", "exec", "compile", "breakpoint"}
+# builtins that look up or set attributes by a name given at run time: passed on as a value (``reduce(getattr, ...)``,
+# ``g = getattr``) the call that uses them is hidden from this scan
+_LOOKUP_BUILTINS = {"getattr", "setattr", "delattr", "vars", "globals", "locals", "__import__", "eval", "exec"}
+# importlib's names an honest candidate uses (is a package installed?); any other is an import by a run-time name
+_IMPORTLIB_ALLOWED = {"importlib", "importlib.util", "importlib.util.find_spec", "importlib.metadata",
+                      "importlib.metadata.version"}
 # getattr / vars / __dict__ with a computed name on these is a lookup hidden from this scan
 _SENSITIVE_OWNERS = {"sys", "builtins", "__builtins__", "time", "os", "gc", "threading", "_thread", "importlib",
                      "torch.backends", "torch.cuda", "torch.cuda.Event", "ctypes", "signal",
@@ -139,14 +147,15 @@ _GLOBAL_FLAG_FUNCS = {"set_float32_matmul_precision", "set_default_dtype", "set_
 _GLOBAL_FLAG_ATTRS = {"allow_tf32", "benchmark", "deterministic", "allow_fp16_reduced_precision_reduction",
                       "allow_bf16_reduced_precision_reduction", "allow_fp16_accumulation", "fp32_precision",
                       "benchmark_limit"}
+_PRECISION_OFF = {"allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction",
+                  "allow_fp16_accumulation"}
 _LOW_DTYPES = ("float16", "bfloat16", "half", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 _PRECISION_ATTRS = {"half", "bfloat16", "float16", "bf16", "fp16"}
 _PRECISION_KERNEL_RE = re.compile(r"\b(__half2?|__nv_bfloat162?|half2|__float2half|__half2float|__float2bfloat16|"
                                   r"wmma::|mma\.sync[^\n]*f16|tl\.float16|tl\.bfloat16|hmma|__hadd|__hmul|"
                                   r"input_precision\s*=\s*[\"'](tf32|tf32x3)|allow_tf32\s*=\s*True)\b")
 _STREAM_RE = re.compile(r"\b(cudaStreamCreate\w*|getStreamFromPool|cudaStreamNonBlocking|cudaLaunchHostFunc)\b")
-_KERNEL_THREAD_RE = re.compile(r"(\bstd::thread\b|\bstd::jthread\b|\bpthread_create\b|\bstd::async\b|"
-                               r"\.detach\s*\(\s*\))")
+_KERNEL_THREAD_RE = re.compile(r"(\bstd::thread\b|\bstd::jthread\b|\bpthread_create\b|\bstd::async\b)")
 _NETWORK_MODULES = {"socket", "urllib", "urllib.request", "http", "http.client", "requests", "httpx", "aiohttp",
                     "ftplib", "smtplib", "ssl"}
 
@@ -330,9 +339,17 @@ def static_findings(source: str) -> list[Finding]:
     kernels = _kernel_call_names(tree)
     called = {id(c.func) for c in ast.walk(tree) if isinstance(c, ast.Call)}  # ``x.modules()`` is a method call
     # ``(c_float * n).from_address(t.data_ptr())``: a view of a tensor's own memory, not the interpreter's
-    tensor_views = {id(c.func) for c in ast.walk(tree) if isinstance(c, ast.Call) and len(c.args) == 1 and
-                    isinstance(c.args[0], ast.Call) and isinstance(c.args[0].func, ast.Attribute) and
-                    c.args[0].func.attr == "data_ptr"}
+    # (``ctypes.memmove(dst.data_ptr(), src.data_ptr(), n)`` likewise copies between tensors)
+    tensor_views = {id(c.func) for c in ast.walk(tree) if isinstance(c, ast.Call) and c.args and
+                    all(isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute) and a.func.attr == "data_ptr"
+                        for a in c.args[:2 if _dotted(c.func).endswith("memmove") else 1])}
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    # names that only ever take constant, public attribute names (``for name in ("float32", "float64")``)
+    fixed_names = _names_over_constants(tree)
+    # names that hold an object's address (``addr = id(f)``)
+    addresses = {t.id for a in ast.walk(tree) if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call) and
+                 isinstance(a.value.func, ast.Name) and a.value.func.id == "id" for t in a.targets
+                 if isinstance(t, ast.Name)}
 
     # imports; K-19: the reference, by name or as a base class
     for n in ast.walk(tree):
@@ -343,6 +360,14 @@ def static_findings(source: str) -> list[Finding]:
                                   f"class {n.name} subclasses the reference Model", n))
         elif isinstance(n, ast.Name) and n.id == "Model" and isinstance(n.ctx, ast.Load):
             out.append(_f("static.reference-use", Severity.CHEAT, "no-custom-kernel", "uses the reference Model", n))
+        elif isinstance(n, ast.Name) and n.id in _LOOKUP_BUILTINS and isinstance(n.ctx, ast.Load) and \
+                not (isinstance(parents.get(id(n)), ast.Call) and parents[id(n)].func is n) and \
+                n.id not in canon.aliases:
+            out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                          f"passes {n.id} on as a value (the call that uses it is hidden from this scan)", n))
+        elif isinstance(n, ast.Constant) and n.value in ("__getattribute__", "__getattr__", "__dict__", "__globals__",
+                                                           "__builtins__", "__import__"):
+            out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"names {n.value} in a string", n))
         elif isinstance(n, ast.Name) and n.id == "__builtins__":
             out.append(_f("static.introspection", Severity.CHEAT, "introspection", "uses __builtins__", n))
         elif isinstance(n, ast.ImportFrom) and n.level:
@@ -365,8 +390,16 @@ def static_findings(source: str) -> list[Finding]:
                 mods = [n.module or ""] + [f"{n.module}.{a.name}" for a in n.names if n.module]
             for m in mods:
                 root = m.split(".")[0]
-                if m.rsplit(".", 1)[-1] in _INTROSPECTION_ATTRS and isinstance(n, ast.ImportFrom):
+                leaf = m.rsplit(".", 1)[-1]
+                if isinstance(n, ast.ImportFrom) and m != (n.module or "") and (
+                        leaf in _INTROSPECTION_ATTRS or "import" in leaf.lower() or
+                        (leaf == "modules" and (n.module or "").rsplit(".", 1)[-1] == "sys") or
+                        (leaf in _EXCEPTION_STATE and n.module == "sys") or
+                        (leaf in _LOOKUP_BUILTINS and n.module == "builtins")):
                     out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"imports {m}", n))
+                if root == "importlib" and m not in _IMPORTLIB_ALLOWED:
+                    out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                                  f"imports {m} (a module imported by a name given at run time)", n))
                 if root in _THREAD_MODULES or m in _THREAD_MODULES:
                     out.append(_f("static.threads", Severity.CHEAT, "deferred-work", f"imports {m}", n))
                 if root in _INTROSPECTION_MODULES:
@@ -428,6 +461,19 @@ def static_findings(source: str) -> list[Finding]:
                 if computed and (tgt in _SENSITIVE_OWNERS or tgt.rsplit(".", 1)[-1] in _SENSITIVE_LEAVES):
                     out.append(_f("static.introspection", Severity.CHEAT, "introspection",
                                   f"{raw}() with a computed name on {tgt}", n))
+            if name in ("getattr", "setattr", "delattr", "builtins.getattr", "builtins.setattr", "builtins.delattr",
+                        "object.__setattr__", "object.__delattr__") and len(n.args) > 1 and \
+                    not isinstance(n.args[1], ast.Constant) and not (isinstance(n.args[0], ast.Name) and
+                                                                     n.args[0].id in ("self", "cls")) and \
+                    not (isinstance(n.args[1], ast.Name) and n.args[1].id in fixed_names):
+                # a name given at run time, on anything but the candidate's own object: the scan cannot tell what
+                # it reaches (a stop-40 attack spelled "modules" with chr() inside a two-line getattr helper)
+                out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                              f"{raw}() with a name computed at run time on {canon(n.args[0]) or 'an expression'}",
+                              n))
+            if raw == "vars" and n.args and not (isinstance(n.args[0], ast.Name) and n.args[0].id == "self"):
+                out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                              f"vars() of {canon(n.args[0]) or 'an expression'}", n))
             if raw in ("getattr", "setattr", "hasattr", "delattr", "builtins.getattr", "builtins.setattr",
                        "object.__setattr__", "object.__getattribute__") and len(n.args) > 1 and \
                     not isinstance(n.args[1], ast.Constant):
@@ -451,7 +497,8 @@ def static_findings(source: str) -> list[Finding]:
                                   f"creates a class with type() from {bases[:60]}", n))
             if last in ("_make_subclass", "_make_wrapper_subclass", "as_subclass"):
                 out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor", f"calls {name}()", n))
-            if raw in _INTROSPECTION_BUILTINS and raw not in canon.aliases:
+            if raw in _INTROSPECTION_BUILTINS and raw not in canon.aliases and not (raw == "globals" and
+                                                                                 _own_name_test(n, parents)):
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"calls {raw}()", n))
             if last == "Stream" and name.startswith(("torch.cuda", "cuda", "torch")):
                 out.append(_f("static.side-stream", Severity.WARN, "side-stream", f"creates a stream: {name}()", n))
@@ -508,19 +555,25 @@ def static_findings(source: str) -> list[Finding]:
             owner = canon(n.value)
             if n.attr == "ctypes" and owner:  # ctypes reached as another module's attribute (torch.ctypes)
                 out.append(_f("static.introspection", Severity.WARN, "ctypes", f"uses {owner}.ctypes", n))
-            if n.attr in ("importlib", "import_module", "__import__") or \
+            dotted = canon(n)
+            in_importlib = dotted.startswith("importlib.") and not any(
+                dotted == a or a.startswith(dotted + ".") for a in _IMPORTLIB_ALLOWED)
+            getattribute = n.attr in ("__getattribute__", "__getattr__") and not (
+                isinstance(n.value, ast.Call) and _dotted(n.value.func) == "super")
+            if n.attr == "importlib" or "import" in n.attr.lower() or in_importlib or getattribute or \
                     (n.attr in _EXCEPTION_STATE and owner.rsplit(".", 1)[-1] == "sys"):
                 # a module imported by a name the scan does not see (torch.utils.cpp_extension.importlib), or the
                 # frames of the harness's code reached through the exception being handled
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"uses {_dotted(n) or n.attr}",
                               n))
             if n.attr in _CTYPES_MEMORY and ("ctypes" in owner.split(".") or n.attr in _CTYPES_ANY_OWNER) and \
-                    not (n.attr == "from_address" and id(n) in tensor_views):
+                    not (n.attr in ("from_address", "memmove", "memset") and id(n) in tensor_views):
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection",
                               f"uses {_dotted(n) or n.attr}: it reads or writes the interpreter's own memory (a "
                               "timer's C function can be swapped so)", n))
-            if n.attr in _INTROSPECTION_ATTRS or (n.attr == "modules" and (owner.rsplit(".", 1)[-1] == "sys" or
-                                                                          id(n) not in called)) or \
+            if n.attr in _INTROSPECTION_ATTRS or (n.attr == "modules" and (
+                    owner.rsplit(".", 1)[-1] == "sys" or (id(n) not in called and not owner.startswith(
+                        ("torch.nn", "nn", "torch.ao", "self"))))) or \
                     (n.attr == "stack" and owner == "inspect") or \
                     (n.attr == "__dict__" and (owner in _SENSITIVE_OWNERS or
                                                owner.rsplit(".", 1)[-1] in _SENSITIVE_LEAVES)):
@@ -552,7 +605,8 @@ def static_findings(source: str) -> list[Finding]:
         # id() as a dictionary key is an honest cache
         if isinstance(n, ast.BinOp) or (isinstance(n, ast.Call) and _ctypes_call(canon(n.func))):
             operands = [n.left, n.right] if isinstance(n, ast.BinOp) else list(n.args)
-            if any(isinstance(a, ast.Call) and isinstance(a.func, ast.Name) and a.func.id == "id" for a in operands):
+            if any((isinstance(a, ast.Call) and isinstance(a.func, ast.Name) and a.func.id == "id") or
+                   (isinstance(a, ast.Name) and a.id in addresses) for a in operands):
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection",
                               "computes with an object's address (id()): it reads or writes the interpreter's own "
                               "memory", n))
@@ -571,6 +625,41 @@ def static_findings(source: str) -> list[Finding]:
         out.append(Finding("static.no-kernel", Severity.CHEAT, "no-custom-kernel",
                            "no custom kernel found (no load_inline, triton.jit or other kernel compiler)"))
     return _dedupe(out)
+
+
+def _names_over_constants(tree: ast.AST) -> set[str]:
+    """Loop names (``for``, comprehensions) whose every binding in ``tree`` runs over a tuple or list of constant
+    strings that are public names (no leading underscore): ``getattr(tl, name)`` with one reaches nothing hidden."""
+    ok: dict[str, bool] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.For, ast.comprehension)) and isinstance(n.target, ast.Name):
+            it = n.iter
+            good = isinstance(it, (ast.Tuple, ast.List)) and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value.isidentifier() and
+                not e.value.startswith("_") for e in it.elts)
+            ok[n.target.id] = ok.get(n.target.id, True) and good
+        elif isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.arg)):
+            targets = [n.arg] if isinstance(n, ast.arg) else [
+                t.id for t in ast.walk(n.target if not isinstance(n, ast.Assign) else ast.Tuple(elts=n.targets))
+                if isinstance(t, ast.Name)]
+            for t in targets:
+                ok[t] = False
+    return {k for k, v in ok.items() if v}
+
+
+def _own_name_test(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
+    """``globals()`` asked whether it holds a name of the candidate's own (``"_ext" not in globals()``, or
+    ``globals().get("_ext")``), not handed on."""
+    up = parents.get(id(call))
+    if isinstance(up, ast.Compare) and any(c is call for c in up.comparators) and \
+            all(isinstance(o, (ast.In, ast.NotIn)) for o in up.ops):
+        return isinstance(up.left, ast.Constant) and isinstance(up.left.value, str) and \
+            not up.left.value.startswith("__")
+    if isinstance(up, ast.Attribute) and up.attr == "get":
+        c = parents.get(id(up))
+        return isinstance(c, ast.Call) and bool(c.args) and isinstance(c.args[0], ast.Constant) and \
+            isinstance(c.args[0].value, str) and not c.args[0].value.startswith("__")
+    return False
 
 
 def _ctypes_call(name: str) -> bool:
@@ -616,11 +705,14 @@ def _check_store(name: str, node: ast.AST, out: list[Finding]) -> None:
     if attr == "__class__":  # an object turned into another class (a tensor into a lazy subclass, say)
         out.append(_f("static.tensor-subclass", Severity.CHEAT, "non-plain-tensor", f"assigns {name}", node))
         return
-    if attr.lstrip("_") in _CLOCK_NAMES and owner.split(".")[0] != "self":
+    if attr.startswith("_") and attr.lstrip("_") in _CLOCK_NAMES and owner.split(".")[0] != "self":
         # a clock's name on any object, a private copy too (a stop-40 attack slowed the harness's timing module's
         # ``_perf_counter_ns``, reached through importlib)
         out.append(_f("static.timer-tamper", Severity.CHEAT, "timer-tamper", f"assigns {name}", node))
         return
+    if attr in _PRECISION_OFF and isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
+            node.value.value is False:
+        return  # turning a reduced-precision switch off asks for what the reference computes
     if name.startswith("torch.backends") or attr in _GLOBAL_FLAG_ATTRS:
         out.append(_f("static.global-state", Severity.CHEAT, "global-state", f"assigns {name}", node))
     elif attr in _TIMER_NAMES and (owner in _TIMER_OWNERS or owner.startswith(("torch", "time", "numpy", "triton"))):
@@ -867,6 +959,8 @@ class ThreadWatch:
     def __init__(self) -> None:
         self.live: dict[int, str] = {}
         self.started = 0
+        #: each started thread's function, in order (``started`` of them)
+        self.names: list[str] = []
         self.hook: Any = None
 
     def install(self) -> None:
@@ -891,6 +985,7 @@ class ThreadWatch:
                     watch.live.pop(ident, None)
 
             watch.started += 1
+            watch.names.append(name)
             return original(run, args, kwargs or {})
 
         _thread.start_new_thread = start_new_thread
@@ -910,6 +1005,7 @@ class ThreadWatch:
                         watch.live.pop(ident, None)
 
                 watch.started += 1
+                watch.names.append(name)
                 return joinable(run, *args, **kwargs)
 
             _thread.start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]

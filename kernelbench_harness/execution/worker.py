@@ -409,6 +409,7 @@ class _Job:
         self.threads0 = {t.ident for t in _enumerate_threads()}
         self.thread_watch = ThreadWatch()
         self.thread_watch.install()
+        self.threads_seen = 0  # threads the watch saw start that were reported (check_integrity)
         # identities of timers, comparisons and the harness's own code, before any candidate code runs
         self.protected = ProtectedSnapshot()
         self.tampered: set[str] = set()
@@ -498,6 +499,15 @@ class _Job:
                                           ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items()),
                                           changed={k: list(v) for k, v in changed.items()}))
             self.flags0 = flags  # report each change once
+        started = self.thread_watch.started
+        if started > self.threads_seen:
+            # a thread that had ended by now is deferred work all the same (one filled the output after forward
+            # returned and was gone before this check)
+            names = self.thread_watch.names[self.threads_seen:started]
+            self.threads_seen = started
+            _Job.flag(self, _finding("runtime.threads", "cheat", "deferred-work",
+                                     f"{len(names)} thread(s) started by Python code in the candidate's process "
+                                     f"({where}): " + ", ".join(sorted(set(map(str, names)))[:8])))
         alive = {t.ident: t.name for t in _enumerate_threads() if t.ident not in self.threads0 and t.is_alive()}
         alive.update({i: n for i, n in self.thread_watch.running().items() if i not in self.threads0})
         if alive:
