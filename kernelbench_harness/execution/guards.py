@@ -23,8 +23,13 @@ static.tensor-subclass     cheat        ``torch.Tensor`` subclasses (``class``, 
 static.introspection       cheat        gc, inspect, frames, ``sys.modules``, code objects, trace
                                         hooks, ``eval`` / ``exec`` / ``compile`` / ``__import__``,
                                         ``runpy`` / ``pickle`` (running code from elsewhere, e.g. the
-                                        reference's file), the harness package, computed ``getattr``
-                                        on ``sys`` / ``builtins`` ...
+                                        reference's file), the harness package (in a string, in
+                                        pieces, backwards), ``getattr`` / ``setattr`` with a name
+                                        computed at run time on anything but ``self``, lookup builtins
+                                        passed on as values, ``__getattribute__``, ctypes' reads and
+                                        writes of the interpreter's memory, kernel sources that use
+                                        the interpreter's C API or patch the process (``mprotect``,
+                                        ``dlsym``, ``clock_gettime``, ``/proc/self``) ...
 static.side-stream         warn         new CUDA streams (the timer checks what they do)
 static.precision           policy       half / bfloat16 / TF32 / tensor-core fp16 math
 static.subprocess          warn         subprocess / os.system
