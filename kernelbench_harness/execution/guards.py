@@ -957,6 +957,19 @@ def c_entry_points(obj: Any) -> tuple[int, ...]:
     return (ml, word(ml + 8), vectorcall)
 
 
+def _starter() -> str:
+    """The module whose code asked for the thread being started: the first caller outside ``threading``,
+    ``concurrent.futures`` and this module (a library's pool started from the library's own code names the
+    library; one the candidate's code started names ``kb_candidate``)."""
+    import sys
+
+    f = sys._getframe(2)
+    while f is not None and str(f.f_globals.get("__name__", "")).startswith(
+            ("threading", "concurrent.futures", "_thread", __name__)):
+        f = f.f_back
+    return str(f.f_globals.get("__name__", "")) if f is not None else ""
+
+
 class ThreadWatch:
     """Tracks threads started by Python code after :meth:`install`, however they were started
     (``threading``, ``concurrent.futures``, or ``_thread.start_new_thread`` directly), while they run."""
@@ -964,8 +977,9 @@ class ThreadWatch:
     def __init__(self) -> None:
         self.live: dict[int, str] = {}
         self.started = 0
-        #: each started thread's function, in order (``started`` of them)
+        #: each started thread's function, in order (``started`` of them), and the module of the code that started it
         self.names: list[str] = []
+        self.modules: list[str] = []
         self.hook: Any = None
 
     def install(self) -> None:
@@ -991,6 +1005,7 @@ class ThreadWatch:
 
             watch.started += 1
             watch.names.append(name)
+            watch.modules.append(_starter())
             return original(run, args, kwargs or {})
 
         _thread.start_new_thread = start_new_thread
@@ -1011,6 +1026,7 @@ class ThreadWatch:
 
                 watch.started += 1
                 watch.names.append(name)
+                watch.modules.append(_starter())
                 return joinable(run, *args, **kwargs)
 
             _thread.start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]

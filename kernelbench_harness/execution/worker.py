@@ -503,11 +503,14 @@ class _Job:
         if started > self.threads_seen:
             # a thread that had ended by now is deferred work all the same (one filled the output after forward
             # returned and was gone before this check)
-            names = self.thread_watch.names[self.threads_seen:started]
+            names = [n for n, m in zip(self.thread_watch.names[self.threads_seen:started],
+                                       self.thread_watch.modules[self.threads_seen:started])
+                     if not m.startswith(_LIBRARY_THREADS)]  # (a library's own worker threads are not the candidate's)
             self.threads_seen = started
-            _Job.flag(self, _finding("runtime.threads", "cheat", "deferred-work",
-                                     f"{len(names)} thread(s) started by Python code in the candidate's process "
-                                     f"({where}): " + ", ".join(sorted(set(map(str, names)))[:8])))
+            if names:
+                _Job.flag(self, _finding("runtime.threads", "cheat", "deferred-work",
+                                         f"{len(names)} thread(s) started by Python code in the candidate's process "
+                                         f"({where}): " + ", ".join(sorted(set(map(str, names)))[:8])))
         alive = {t.ident: t.name for t in _enumerate_threads() if t.ident not in self.threads0 and t.is_alive()}
         alive.update({i: n for i, n in self.thread_watch.running().items() if i not in self.threads0})
         if alive:
@@ -1089,6 +1092,9 @@ class _Job:
 
 
 #: the names of the job object's methods: an attribute of the object under one of them shadows it (_Job.send)
+#: modules whose code starting a thread (a library's worker pool) is not the candidate's deferred work
+_LIBRARY_THREADS = ("torch", "triton", "numpy", "multiprocessing", "logging")
+
 _JOB_METHODS = frozenset(k for k, v in vars(_Job).items() if callable(v) or isinstance(v, (staticmethod, classmethod)))
 
 
