@@ -19,6 +19,15 @@ import os  # noqa: E402
 # tests/pipeline/test_build_pch.py turns them back on.
 os.environ.setdefault("KBENCH_PCH", "0")
 
+import signal  # noqa: E402
+
+# A suite started in the background by a non-interactive shell (``(pytest &)``, some CI wrappers) inherits SIGINT
+# ignored, and so does every process it starts: the tests of Ctrl-C (a run stored as interrupted, a device worker
+# ending on SIGINT) would then see runs that cannot be interrupted. A handler here is reset to the default in
+# every program the tests start.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def pytest_collection_finish(session) -> None:
     """Queue the background set-ups (tests/early.py) of the fixtures the collected tests use, in the order
