@@ -466,38 +466,38 @@ class _Job:
                 mod_name)
             if owner is not None and getattr(owner, attr, None) is not fn:
                 _Job.flag(self, _finding("runtime.timer-tamper", "cheat", "timer-tamper",
-                                              f"{name} was replaced ({where})"))
+                                         f"{name} was replaced ({where})"))
         for name, fn in _COMPARE_FUNCS.items():
             mod_name, _, attr = name.rpartition(".")
             owner = torch if mod_name == "torch" else torch.Tensor
             if getattr(owner, attr, None) is not fn:
                 _Job.flag(self, _finding("runtime.timer-tamper", "cheat", "timer-tamper",
-                                              f"{name} was replaced ({where})"))
+                                         f"{name} was replaced ({where})"))
         for label in self.launches.intact():
             _Job.flag(self, _finding("runtime.timer-tamper", "cheat", "timer-tamper",
-                                          f"the harness's launch counter {label} was removed ({where})"))
+                                     f"the harness's launch counter {label} was removed ({where})"))
         changed = [n for n in self.protected.changed() if n not in self.tampered]
         if changed:
             self.tampered.update(changed)
             _Job.flag(self, _finding("runtime.timer-tamper", "cheat", "timer-tamper",
-                                          f"replaced ({where}): " + ", ".join(changed[:12]), replaced=changed[:50]))
+                                     f"replaced ({where}): " + ", ".join(changed[:12]), replaced=changed[:50]))
         if _mode_depths() != self.modes0 and not getattr(self, "_modes_reported", False):
             self._modes_reported = True
             _Job.flag(self, _finding("runtime.torch-mode", "cheat", "non-plain-tensor",
-                                          f"a torch function or dispatch mode is active ({where}): it sees and "
-                                          "can change every tensor operation, the harness's reads of outputs too"))
+                                     f"a torch function or dispatch mode is active ({where}): it sees and "
+                                     "can change every tensor operation, the harness's reads of outputs too"))
         if _gettrace() is not None or _getprofile() is not None or \
                 getattr(threading, "_trace_hook", None) is not None or \
                 getattr(threading, "_profile_hook", None) is not None:
             _Job.flag(self, _finding("runtime.trace-hook", "cheat", "introspection",
-                                          f"a trace or profile hook is installed ({where})"))
+                                     f"a trace or profile hook is installed ({where})"))
         flags = snapshot_global_flags()
         changed = {k: (self.flags0[k], v) for k, v in flags.items() if self.flags0.get(k) != v}
         if changed:
             _Job.flag(self, _finding("runtime.global-state", "cheat", "global-state",
-                                          f"process-wide switches changed ({where}): " +
-                                          ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items()),
-                                          changed={k: list(v) for k, v in changed.items()}))
+                                     f"process-wide switches changed ({where}): " +
+                                     ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items()),
+                                     changed={k: list(v) for k, v in changed.items()}))
             self.flags0 = flags  # report each change once
         started = self.thread_watch.started
         if started > self.threads_seen:
@@ -515,8 +515,8 @@ class _Job:
         alive.update({i: n for i, n in self.thread_watch.running().items() if i not in self.threads0})
         if alive:
             _Job.flag(self, _finding("runtime.threads", "cheat", "deferred-work",
-                                          f"{len(alive)} thread(s) started by the candidate are alive ({where}): "
-                                          + ", ".join(sorted(alive.values()))))
+                                     f"{len(alive)} thread(s) started by the candidate are alive ({where}): "
+                                     + ", ".join(sorted(alive.values()))))
             self.threads0 |= set(alive)
 
     def load_set(self, idx: int) -> list[Any]:
@@ -752,14 +752,14 @@ class _Job:
             if _isinstance(o, torch.Tensor):
                 if _type(o) is not _Tensor:
                     _Job.flag(self, _finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
-                                                  f"output {j} is a {_type(o).__name__}, not a plain torch.Tensor"))
+                                             f"output {j} is a {_type(o).__name__}, not a plain torch.Tensor"))
                     o = o.as_subclass(_Tensor)
                 if o.layout != torch.strided or o.is_sparse or o.device.type == "meta":
                     _Job.flag(self, _finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
-                                                  f"output {j} has layout {o.layout} on {o.device}"))
+                                             f"output {j} has layout {o.layout} on {o.device}"))
                 if o.device.type != self.device.type:
                     _Job.flag(self, _finding("runtime.device", "warn", "device",
-                                                  f"output {j} is on {o.device}, inputs on {self.device}"))
+                                             f"output {j} is on {o.device}, inputs on {self.device}"))
                 if o.requires_grad:
                     o = o.detach()
                 # deferred work: does the output change after forward returned and the device is idle?
@@ -768,7 +768,7 @@ class _Job:
                 self.sync()
                 if not _same(snap, o):
                     _Job.flag(self, _finding("runtime.deferred-work", "cheat", "deferred-work",
-                                                  f"output {j} changed after forward returned ({where})"))
+                                             f"output {j} changed after forward returned ({where})"))
             descs.append(self.describe_output(o, f"out_{where}_{idx}_{j}.bin"))
         # inputs unchanged?
         if args is None:
@@ -776,11 +776,11 @@ class _Job:
                 if _isinstance(a, torch.Tensor) and not (_equal(a, b) or (a.is_floating_point() and
                                                                          _equal(a.nan_to_num(), b.nan_to_num()))):
                     _Job.flag(self, _finding("runtime.input-mutation", "cheat", "input-mutation",
-                                                  f"forward wrote into input {j} ({where}, set {idx})"))
+                                             f"forward wrote into input {j} ({where}, set {idx})"))
             for j, (a, b) in enumerate(zip(inputs, pristine)):
                 if clone and _isinstance(a, torch.Tensor) and not _equal(a, b):
                     _Job.flag(self, _finding("runtime.input-mutation", "cheat", "input-mutation",
-                                                  f"input {j} changed although the candidate got a clone"))
+                                             f"input {j} changed although the candidate got a clone"))
         self.check_integrity(f"after {where} call on set {idx}")
         launches = {"extension_calls": sum(self.record.calls.values()) - calls0,
                     "triton_launches": self.launches.triton - tl0}
@@ -934,8 +934,8 @@ class _Job:
             return
         if evidence:
             _Job.flag(self, _finding("runtime.precision", "policy", "precision",
-                                          "lower-precision arithmetic in an fp32 run: " + "; ".join(evidence[:6]),
-                                          ops=evidence))
+                                     "lower-precision arithmetic in an fp32 run: " + "; ".join(evidence[:6]),
+                                     ops=evidence))
 
     def time_it(self, timer: dict[str, Any] | None = None) -> None:
         """One timed block (the trusted side may ask for several, alternating with the baselines);
@@ -1029,9 +1029,9 @@ class _Job:
             # markedly fewer: the time is not that of what was judged. A timing finding, not a cheat: a path the
             # counters do not see (a CUDA graph the candidate replays) is honest, and gets no speedup either way
             _Job.flag(self, _finding("runtime.kernel-launch", "timing", "timed-path",
-                                          f"the judged calls launched a median of {median} custom kernel(s) each "
-                                          f"({judged[:8]}), the {n_calls[0]} timed calls {timed_custom} in all: "
-                                          "what was timed is not what was judged"))
+                                     f"the judged calls launched a median of {median} custom kernel(s) each "
+                                     f"({judged[:8]}), the {n_calls[0]} timed calls {timed_custom} in all: "
+                                     "what was timed is not what was judged"))
         self.sync()
         for j in range(k):  # inputs unchanged by the timed calls?
             for n, (buf, src) in enumerate(zip(sets[j], base[j])):
@@ -1041,12 +1041,12 @@ class _Job:
                         else _timing.refresh_values(src, last_round[j], key=self.refresh_key))
                 if not _same(buf, want):
                     _Job.flag(self, _finding("runtime.input-mutation", "cheat", "input-mutation",
-                                                  f"forward wrote into input {n} during timing (set {j})"))
+                                             f"forward wrote into input {n} during timing (set {j})"))
         # the in-place re-check writes into set 0's buffers; the others go back (with ``base``) before it
         self.timing_buffers = sets[:1]
         if odd:
             _Job.flag(self, _finding("runtime.non-plain-tensor", "cheat", "non-plain-tensor",
-                                          f"a timed call returned a {odd[0]}, not a plain torch.Tensor"))
+                                     f"a timed call returned a {odd[0]}, not a plain torch.Tensor"))
         self.check_integrity("after timing")
         if self.device.type == "cuda":
             # the other timing copies go back before the trusted side judges the timed output (its float64
@@ -1086,7 +1086,7 @@ class _Job:
                 if _isinstance(b, torch.Tensor) and _isinstance(f, torch.Tensor) and b.shape == f.shape and \
                         not _same(b, f.to(b.dtype)):
                     _Job.flag(self, _finding("runtime.input-mutation", "cheat", "input-mutation",
-                                                  f"forward wrote into input {n} (recheck in the timing buffers)"))
+                                             f"forward wrote into input {n} (recheck in the timing buffers)"))
         else:
             self.run_trial(idx, where="recheck")
 
