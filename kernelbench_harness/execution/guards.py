@@ -976,10 +976,9 @@ class ThreadWatch:
 
     def __init__(self) -> None:
         self.live: dict[int, str] = {}
-        self.started = 0
-        #: each started thread's function, in order (``started`` of them), and the module of the code that started it
-        self.names: list[str] = []
-        self.modules: list[str] = []
+        #: every thread started since :meth:`install`, in order: its function and the module of the code that
+        #: started it (:func:`_starter`)
+        self.threads: list[tuple[str, str]] = []
         self.hook: Any = None
 
     def install(self) -> None:
@@ -1003,9 +1002,7 @@ class ThreadWatch:
                 finally:
                     watch.live.pop(ident, None)
 
-            watch.started += 1
-            watch.names.append(name)
-            watch.modules.append(_starter())
+            watch.threads.append((name, _starter()))
             return original(run, args, kwargs or {})
 
         _thread.start_new_thread = start_new_thread
@@ -1024,9 +1021,7 @@ class ThreadWatch:
                     finally:
                         watch.live.pop(ident, None)
 
-                watch.started += 1
-                watch.names.append(name)
-                watch.modules.append(_starter())
+                watch.threads.append((name, _starter()))
                 return joinable(run, *args, **kwargs)
 
             _thread.start_joinable_thread = start_joinable_thread  # type: ignore[attr-defined]

@@ -499,18 +499,16 @@ class _Job:
                                      ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items()),
                                      changed={k: list(v) for k, v in changed.items()}))
             self.flags0 = flags  # report each change once
-        started = self.thread_watch.started
-        if started > self.threads_seen:
+        started = self.thread_watch.threads[self.threads_seen:]
+        if started:
             # a thread that had ended by now is deferred work all the same (one filled the output after forward
-            # returned and was gone before this check)
-            names = [n for n, m in zip(self.thread_watch.names[self.threads_seen:started],
-                                       self.thread_watch.modules[self.threads_seen:started])
-                     if not m.startswith(_LIBRARY_THREADS)]  # (a library's own worker threads are not the candidate's)
-            self.threads_seen = started
+            # returned and was gone before this check); a library's own worker threads are not the candidate's
+            names = [n for n, m in started if not m.startswith(_LIBRARY_THREADS)]
+            self.threads_seen += len(started)
             if names:
                 _Job.flag(self, _finding("runtime.threads", "cheat", "deferred-work",
                                          f"{len(names)} thread(s) started by Python code in the candidate's process "
-                                         f"({where}): " + ", ".join(sorted(set(map(str, names)))[:8])))
+                                         f"({where}): " + ", ".join(sorted(set(names))[:8])))
         alive = {t.ident: t.name for t in _enumerate_threads() if t.ident not in self.threads0 and t.is_alive()}
         alive.update({i: n for i, n in self.thread_watch.running().items() if i not in self.threads0})
         if alive:
