@@ -89,10 +89,10 @@ _INTROSPECTION_ATTRS = {"_getframe", "getframe", "walk_stack", "walk_tb", "f_bac
                         # the profiler's state: a candidate that reads it can act differently in the profiled call
                         # (the custom-kernel share, kernelshare.py, and the launch check are read from that call)
                         "_profiler_enabled", "_is_profiler_enabled", "_get_current_profiler"}
-# ctypes' ways into the process's own memory: an address (``id(obj)``) read or written, the interpreter's C API
-# (a stop-39 attack swapped the C function behind ``time.perf_counter_ns`` so; the Python object stayed the same)
-# (with ctypes imported, an object's address, ``id(obj)``, is one too: ``ctypes.cast(id(f) + 16, ...)``). Calling a
-# library of one's own through ``CDLL`` with a tensor's ``data_ptr()`` stays allowed.
+# ctypes' ways into the process's own memory: an address read or written, the interpreter's C API (a stop-39 attack
+# swapped the C function behind ``time.perf_counter_ns`` so; the Python object stayed the same). An object's address
+# computed with (``ctypes.cast(id(f) + 16, ...)``) is judged apart. Calling a library of one's own through ``CDLL``
+# with a tensor's ``data_ptr()`` stays allowed.
 _CTYPES_MEMORY = {"pythonapi", "PyDLL", "pydll", "py_object", "memmove", "memset", "from_address", "string_at",
                   "wstring_at", "PYFUNCTYPE"}
 # a kernel's C/C++ source that reaches the interpreter's objects (modules, their functions' C pointers) rather than
@@ -109,10 +109,11 @@ _KERNEL_PYAPI_RE = re.compile(r"\b(PyImport_\w+|PySys_GetObject|PyObject_(?:Get|
 _KERNEL_PROCESS_RE = re.compile(r"\b(mprotect|dlsym|dlopen|dl_iterate_phdr|dladdr|RTLD_\w+|link_map|"
                                 r"_GLOBAL_OFFSET_TABLE_|process_vm_writev|ptrace|clock_gettime|gettimeofday|"
                                 r"__attribute__\s*\(\(\s*constructor|syscall)\b|/proc/self/|/proc/\d+/")
-# the exception being handled, and with it the frames of the code that called the candidate's
-_EXCEPTION_STATE = {"last_traceback", "last_exc"}
-# of those, the ones no other library spells alike (``X.from_address`` is ctypes' whatever X is)
+# of _CTYPES_MEMORY, the ones no other library spells alike (``X.from_address`` is ctypes' whatever X is)
 _CTYPES_ANY_OWNER = {"from_address", "pythonapi", "PYFUNCTYPE", "PyDLL"}
+# the interpreter's last uncaught error on ``sys``, and with it the frames it ran through (the error being handled,
+# ``sys.exc_info()``, is honest error handling's)
+_EXCEPTION_STATE = {"last_traceback", "last_exc"}
 # modules whose attributes a name may be bound to (``s = os.sys``) without an import naming it
 _MODULE_ROOTS = {"os", "sys", "torch", "time", "threading", "ctypes", "builtins", "numpy", "triton", "gc", "inspect"}
 # a computed attribute name whose constant parts begin like these reaches frames or code objects
@@ -397,10 +398,7 @@ def static_findings(source: str) -> list[Finding]:
                 root = m.split(".")[0]
                 leaf = m.rsplit(".", 1)[-1]
                 if isinstance(n, ast.ImportFrom) and m != (n.module or "") and (
-                        leaf in _INTROSPECTION_ATTRS or "import" in leaf.lower() or
-                        (leaf == "modules" and (n.module or "").rsplit(".", 1)[-1] == "sys") or
-                        (leaf in _EXCEPTION_STATE and n.module == "sys") or
-                        (leaf in _LOOKUP_BUILTINS and n.module == "builtins")):
+                        _hidden_attr(n.module or "", leaf) or (leaf in _LOOKUP_BUILTINS and n.module == "builtins")):
                     out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"imports {m}", n))
                 if root == "importlib" and m not in _IMPORTLIB_ALLOWED:
                     out.append(_f("static.introspection", Severity.CHEAT, "introspection",
@@ -565,10 +563,8 @@ def static_findings(source: str) -> list[Finding]:
                 dotted == a or a.startswith(dotted + ".") for a in _IMPORTLIB_ALLOWED)
             getattribute = n.attr in ("__getattribute__", "__getattr__") and not (
                 isinstance(n.value, ast.Call) and _dotted(n.value.func) == "super")
-            if n.attr == "importlib" or "import" in n.attr.lower() or in_importlib or getattribute or \
-                    (n.attr in _EXCEPTION_STATE and owner.rsplit(".", 1)[-1] == "sys"):
-                # a module imported by a name the scan does not see (torch.utils.cpp_extension.importlib), or the
-                # frames of the harness's code reached through the exception being handled
+            if n.attr == "importlib" or in_importlib or getattribute:
+                # a module imported by a name the scan does not see (torch.utils.cpp_extension.importlib)
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"uses {_dotted(n) or n.attr}",
                               n))
             if n.attr in _CTYPES_MEMORY and ("ctypes" in owner.split(".") or n.attr in _CTYPES_ANY_OWNER) and \
@@ -576,9 +572,8 @@ def static_findings(source: str) -> list[Finding]:
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection",
                               f"uses {_dotted(n) or n.attr}: it reads or writes the interpreter's own memory (a "
                               "timer's C function can be swapped so)", n))
-            if n.attr in _INTROSPECTION_ATTRS or (n.attr == "modules" and (
-                    owner.rsplit(".", 1)[-1] == "sys" or (id(n) not in called and not owner.startswith(
-                        ("torch.nn", "nn", "torch.ao", "self"))))) or \
+            if _hidden_attr(owner, n.attr) or (n.attr == "modules" and id(n) not in called and not owner.startswith(
+                    ("torch.nn", "nn", "torch.ao", "self"))) or \
                     (n.attr == "stack" and owner == "inspect") or \
                     (n.attr == "__dict__" and (owner in _SENSITIVE_OWNERS or
                                                owner.rsplit(".", 1)[-1] in _SENSITIVE_LEAVES)):
@@ -630,6 +625,14 @@ def static_findings(source: str) -> list[Finding]:
         out.append(Finding("static.no-kernel", Severity.CHEAT, "no-custom-kernel",
                            "no custom kernel found (no load_inline, triton.jit or other kernel compiler)"))
     return _dedupe(out)
+
+
+def _hidden_attr(owner: str, attr: str) -> bool:
+    """``owner.attr`` (or ``from owner import attr``) reaches what the scan cannot follow: frames, code objects,
+    ``sys.modules``, the interpreter's last uncaught error, or an import by a name given at run time."""
+    on_sys = owner.rsplit(".", 1)[-1] == "sys"
+    return attr in _INTROSPECTION_ATTRS or "import" in attr.lower() or (on_sys and attr in ("modules",
+                                                                                           *_EXCEPTION_STATE))
 
 
 def _names_over_constants(tree: ast.AST) -> set[str]:
