@@ -26,7 +26,10 @@ static.introspection       cheat        gc, inspect, frames, ``sys.modules``, co
                                         reference's file), the harness package (in a string, in
                                         pieces, backwards), ``getattr`` / ``setattr`` with a name
                                         computed at run time on anything but ``self``, lookup builtins
-                                        passed on as values, ``__getattribute__``, ctypes' reads and
+                                        passed on as values or reached as attributes
+                                        (``tl.core.builtins.exec``), a module's ``__dict__``, those
+                                        modules reached through a library's namespace
+                                        (``tl.core.inspect``), ``__getattribute__``, ctypes' reads and
                                         writes of the interpreter's memory, kernel sources that use
                                         the interpreter's C API or patch the process (``mprotect``,
                                         ``dlsym``, ``clock_gettime``, ``/proc/self``) ...
@@ -124,6 +127,10 @@ _INTROSPECTION_BUILTINS = {"globals", "__import__", "eval", "exec", "compile", "
 # builtins that look up or set attributes by a name given at run time: passed on as a value (``reduce(getattr, ...)``,
 # ``g = getattr``) the call that uses them is hidden from this scan
 _LOOKUP_BUILTINS = {"getattr", "setattr", "delattr", "vars", "globals", "locals", "__import__", "eval", "exec"}
+# the lookup builtins and ``code``'s interpreters as attributes of another object (``B.exec`` with ``B`` builtins reached
+# through a library's namespace); ``eval`` and ``compile`` are left out (``model.eval()``, ``torch.compile``)
+_LOOKUP_ATTRS = {"getattr", "setattr", "delattr", "vars", "globals", "locals", "exec", "breakpoint",
+                 "InteractiveInterpreter", "InteractiveConsole", "interact", "compile_command"}
 # importlib's names an honest candidate uses (is a package installed?); any other is an import by a run-time name
 _IMPORTLIB_ALLOWED = {"importlib", "importlib.util", "importlib.util.find_spec", "importlib.metadata",
                       "importlib.metadata.version"}
@@ -352,6 +359,8 @@ def static_findings(source: str) -> list[Finding]:
     parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     # names that only ever take constant, public attribute names (``for name in ("float32", "float64")``)
     fixed_names = _names_over_constants(tree)
+    # names bound to modules (imports, and names assigned from them): a module's ``__dict__`` is its namespace by name
+    module_names = _import_names(tree) | set(canon.aliases)
     # names that hold an object's address (``addr = id(f)``)
     addresses = {t.id for a in ast.walk(tree) if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call) and
                  isinstance(a.value.func, ast.Name) and a.value.func.id == "id" for t in a.targets
@@ -563,6 +572,13 @@ def static_findings(source: str) -> list[Finding]:
                 dotted == a or a.startswith(dotted + ".") for a in _IMPORTLIB_ALLOWED)
             getattribute = n.attr in ("__getattribute__", "__getattr__") and not (
                 isinstance(n.value, ast.Call) and _dotted(n.value.func) == "super")
+            if owner and (n.attr in _INTROSPECTION_MODULES - {"code"} or n.attr in _LOOKUP_ATTRS or (
+                    n.attr == "__dict__" and _dotted(n.value).partition(".")[0] in module_names)):
+                # a module the scan refuses to import, or a lookup builtin, reached as another module's attribute
+                # (``triton.language.core.builtins.eval``, ``X.inspect.stack()``), or a module's namespace by name
+                # (``tl.core.__dict__["builtins"]``): the import and name rules never see these
+                out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                              f"uses {_dotted(n) or n.attr}", n))
             if n.attr == "importlib" or in_importlib or getattribute:
                 # a module imported by a name the scan does not see (torch.utils.cpp_extension.importlib)
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"uses {_dotted(n) or n.attr}",

@@ -57,6 +57,12 @@ def _kinds(source: str, severity: Severity = Severity.CHEAT) -> set[str]:
 
 
 LEGITIMATE = {
+    "an object's own namespace and eval mode": """
+        state = dict(self.__dict__)
+        self.layer0.eval()
+        opt = torch.compile
+        return x
+    """,
     "math and streams": """
         stream = torch.cuda.current_stream()
         torch.cuda.synchronize()
@@ -225,6 +231,15 @@ FLAGGED = [
      "introspection"),
     ("", 'src = "void* f = dlsym(RTLD_DEFAULT, \\"clock_gettime\\"); mprotect(p, 4096, 3);"\nreturn x',
      Severity.CHEAT, "introspection"),
+    # stop 41: modules the scan refuses to import, and the lookup builtins, reached through a library's namespace
+    ("import triton.language as tl\n", 'B = tl.core.builtins\nB.exec(s)\nreturn x', Severity.CHEAT,
+     "introspection"),
+    ("import triton.language as tl\n", "m = tl.core\ng = m.builtins.getattr\nreturn x", Severity.CHEAT,
+     "introspection"),
+    ("import triton.language as tl\n", "s = tl.core.inspect.stack()\nreturn x", Severity.CHEAT, "introspection"),
+    ("import triton.language as tl\n", 'B = tl.core.__dict__["built" + "ins"]\nreturn x', Severity.CHEAT,
+     "introspection"),
+    ("", "e = x.vars(torch)\nreturn x", Severity.CHEAT, "introspection"),
     ("", "return x.half().float()", Severity.POLICY, "precision"),
     ("", "return x.to(dtype=torch.bfloat16).float()", Severity.POLICY, "precision"),
     ("", "return torch.empty(x.shape, dtype=torch.float16).float()", Severity.POLICY, "precision"),
