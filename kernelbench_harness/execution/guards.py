@@ -22,8 +22,10 @@ static.tensor-subclass     cheat        ``torch.Tensor`` subclasses (``class``, 
                                         ``_make_subclass``), ``__torch_function__`` ...
 static.introspection       cheat        gc, inspect, frames, ``sys.modules``, code objects, trace
                                         hooks, ``eval`` / ``exec`` / ``compile`` / ``__import__``,
-                                        ``runpy`` / ``pickle`` (running code from elsewhere, e.g. the
-                                        reference's file), the harness package (in a string, in
+                                        ``runpy`` / ``pickle`` / ``torch.load`` / ``allow_pickle``
+                                        (running code from elsewhere, e.g. the reference's file or
+                                        a payload written at run time), code objects and functions
+                                        built from raw parts, the harness package (in a string, in
                                         pieces, backwards), ``getattr`` / ``setattr`` with a name
                                         computed at run time on anything but ``self``, lookup builtins
                                         passed on as values or reached as attributes
@@ -47,6 +49,7 @@ Runtime checks live in the worker (they need the live objects); the helpers at t
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -57,6 +60,7 @@ __all__ = [
     "GLOBAL_FLAG_NAMES",
     "KERNEL_MARKERS",
     "PRECISION_FLAG_NAMES",
+    "ImportWatch",
     "ProtectedSnapshot",
     "ThreadWatch",
     "run_watching_precision",
@@ -83,12 +87,22 @@ _MODULE_IDENTITY = {"__package__", "__spec__", "__name__", "__path__", "__loader
 # ``importlib.util.find_spec`` are honest; ``traceback.walk_stack`` and ``importlib.import_module`` are not)
 _INTROSPECTION_MODULES = {"gc", "inspect", "kernelbench_harness", "__main__", "builtins",
                           "pkgutil", "pydoc",
-                          "runpy", "code", "codeop", "marshal", "pickle", "dill", "cloudpickle"}
+                          "runpy", "code", "codeop", "marshal", "pickle", "dill", "cloudpickle", "shelve",
+                          "jsonpickle", "joblib", "imp"}
+# loaders that run code stored in data (pickle's ``GLOBAL``/``REDUCE``: ``builtins.eval`` with a payload the scan never
+# sees, a file the candidate wrote at run time), and the constructors of code and functions from raw parts; a
+# call with ``allow_pickle=`` anything but False is judged alike (``numpy.load``)
+_CODE_FROM_DATA = {"torch.load", "torch.serialization", "torch.package", "pandas.read_pickle", "yaml.load",
+                   "yaml.unsafe_load", "yaml.full_load", "yaml.load_all", "yaml.unsafe_load_all", "yaml.full_load_all"}
+_CODE_FROM_DATA_ATTRS = {"read_pickle", "unsafe_load", "unsafe_load_all", "Unpickler", "PackageImporter",
+                         "CodeType", "FunctionType", "LambdaType", "gi_code", "cr_code", "ag_code", "co_code"}
 _INTROSPECTION_ATTRS = {"_getframe", "getframe", "walk_stack", "walk_tb", "f_back", "f_globals", "f_locals", "f_code", "get_objects",
                         "get_referrers", "get_referents", "settrace", "setprofile", "addaudithook",
                         "__subclasses__", "__globals__", "gi_frame", "cr_frame", "tb_frame", "__builtins__",
                         "__code__", "__closure__", "cell_contents", "currentframe", "__traceback__", "tb_next",
                         "ag_frame", "f_trace",
+                        # the import system's finders (the worker's import watch sits first on sys.meta_path)
+                        "meta_path", "path_hooks", "path_importer_cache",
                         # the profiler's state: a candidate that reads it can act differently in the profiled call
                         # (the custom-kernel share, kernelshare.py, and the launch check are read from that call)
                         "_profiler_enabled", "_is_profiler_enabled", "_get_current_profiler"}
@@ -414,7 +428,8 @@ def static_findings(source: str) -> list[Finding]:
                                   f"imports {m} (a module imported by a name given at run time)", n))
                 if root in _THREAD_MODULES or m in _THREAD_MODULES:
                     out.append(_f("static.threads", Severity.CHEAT, "deferred-work", f"imports {m}", n))
-                if root in _INTROSPECTION_MODULES:
+                if root in _INTROSPECTION_MODULES or leaf in _CODE_FROM_DATA_ATTRS or any(
+                        m == d or m.startswith(d + ".") for d in _CODE_FROM_DATA):
                     out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"imports {m}", n))
                 if root in _NETWORK_MODULES or m in _NETWORK_MODULES:
                     out.append(_f("static.network", Severity.CHEAT, "network", f"imports {m}", n))
@@ -579,6 +594,10 @@ def static_findings(source: str) -> list[Finding]:
                 # (``tl.core.__dict__["builtins"]``): the import and name rules never see these
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection",
                               f"uses {_dotted(n) or n.attr}", n))
+            if n.attr in _CODE_FROM_DATA_ATTRS or any(dotted == d or dotted.startswith(d + ".")
+                                                      for d in _CODE_FROM_DATA):
+                out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                              f"uses {dotted or n.attr}: it runs code stored in data or built from raw parts", n))
             if n.attr == "importlib" or in_importlib or getattribute:
                 # a module imported by a name the scan does not see (torch.utils.cpp_extension.importlib)
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"uses {_dotted(n) or n.attr}",
@@ -616,6 +635,11 @@ def static_findings(source: str) -> list[Finding]:
     if m:
         out.append(Finding("static.introspection", Severity.CHEAT, "introspection",
                            f"kernel source rewrites or inspects its own process: {m.group(0)!r}"))
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and any(k.arg == "allow_pickle" and not (
+                isinstance(k.value, ast.Constant) and k.value.value is False) for k in n.keywords):
+            out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                          f"calls {canon(n.func) or 'a loader'} with allow_pickle: it runs code stored in data", n))
     for n in ast.walk(tree):
         # an object's address as a number to compute with or to hand to ctypes (``ctypes.cast(id(f) + 16, ...)``);
         # id() as a dictionary key is an honest cache
@@ -1050,6 +1074,105 @@ class ThreadWatch:
     def running(self) -> dict[int, str]:
         """Threads started since :meth:`install` that are still running, by ident."""
         return dict(self.live)
+
+
+class ImportWatch:
+    """Refuses imports of Python code the source scan never saw: a module whose file lies in the candidate's
+    private folder (its working directory: ``open("h.py", "w")`` then ``import h``), outside every folder that was
+    on ``sys.path`` when the watch was installed (``sys.path.insert(0, d)``), or that was written or changed after
+    that (a module dropped into site-packages by a candidate running as root). It sits first on
+    ``sys.meta_path``, asks the finders after it where a module not yet imported would come from, and raises
+    ``ImportError`` for those; each refusal is also handed to ``on_refuse(name, origin)`` when it is made.
+
+    Loaders that bypass the import statement (``importlib.util.spec_from_file_location``, which Triton and torch's
+    extension builder use for what they compiled themselves) are not seen here; the scan refuses them in candidate
+    code, and run-time ways to remove the watch (``sys.meta_path``) are refused there too.
+    """
+
+    def __init__(self, private_dirs: Iterable[str | os.PathLike[str]], on_refuse: Any = None) -> None:
+        import sys
+        import time
+
+        self.private = tuple(os.path.realpath(d) for d in private_dirs)
+        roots = {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
+        # the folders the modules imported so far came from (an editable install's finder maps a package to a folder
+        # that is not on sys.path)
+        for name, mod in list(sys.modules.items()):
+            file = getattr(mod, "__file__", None)
+            if "." not in name and isinstance(file, str):
+                folder = os.path.dirname(os.path.realpath(file))
+                roots.add(os.path.dirname(folder) if os.path.basename(file).startswith("__init__.") else folder)
+        roots.discard(os.path.realpath(os.getcwd()))
+        self.roots = tuple(sorted(r for r in roots if not self._under(r, self.private)))
+        self.since_s = time.time()
+        self.on_refuse = on_refuse
+        #: (module name, file or folder, why) of every refusal
+        self.refused: list[tuple[str, str, str]] = []
+        self._before: set[int] = set()
+
+    @staticmethod
+    def _under(path: str, folders: tuple[str, ...]) -> bool:
+        return any(path == f or path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
+
+    def why(self, origin: str) -> str | None:
+        """Why a module at ``origin`` (a file or a package folder) is refused, or None."""
+        real = os.path.realpath(origin)
+        if self._under(real, self.private):
+            return "it lies in the candidate's own folder"
+        if not self._under(real, self.roots):
+            return "its folder was not on sys.path when the candidate started"
+        try:
+            if os.stat(real).st_ctime >= self.since_s:
+                return "it was written while the candidate ran"
+        except OSError:
+            return None
+        return None
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        import sys
+
+        for finder in list(sys.meta_path):
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is None:
+                continue
+            origins = [spec.origin] if spec.origin and spec.origin not in ("built-in", "frozen") and \
+                spec.has_location else list(spec.submodule_search_locations or [])
+            for origin in origins:
+                why = self.why(str(origin))
+                if why is not None:
+                    self.refused.append((fullname, str(origin), why))
+                    if self.on_refuse is not None:
+                        self.on_refuse(fullname, str(origin), why)
+                    raise ImportError(f"kbench refused to import {fullname} from {origin}: {why} (a candidate's "
+                                      "Python must be in its one file, where the integrity checks read it)",
+                                      name=fullname)
+            return None  # the finder that found it imports it
+        return None
+
+    def install(self) -> None:
+        import sys
+
+        self._before = {id(f) for f in sys.meta_path}
+        sys.meta_path.insert(0, self)
+
+    def intact(self) -> bool:
+        """The watch is still on ``sys.meta_path`` and no finder the candidate's code defined sits before it (a
+        library's finder put first meanwhile, as setuptools' distutils shim does while it builds, is not the
+        candidate's: its ``find_spec`` comes from a file on the original path, written before the watch began)."""
+        import sys
+
+        finders = list(sys.meta_path)
+        if not any(f is self for f in finders):
+            return False
+        for f in finders[:next(i for i, f in enumerate(finders) if f is self)]:
+            if id(f) in self._before:
+                continue
+            code = getattr(getattr(type(f), "find_spec", None), "__code__", None)
+            if code is not None and self.why(code.co_filename) is not None:
+                return False
+        return True
 
 
 # Operations whose fp32 arithmetic the TF32 / reduced-precision switches change.

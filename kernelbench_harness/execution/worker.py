@@ -55,7 +55,7 @@ from .build import (
     with_no_gpu_hint,
 )
 from .channel import Channel
-from .guards import ProtectedSnapshot, ThreadWatch, run_watching_precision, snapshot_global_flags
+from .guards import ImportWatch, ProtectedSnapshot, ThreadWatch, run_watching_precision, snapshot_global_flags
 from . import devshare as _devshare
 from .tensorio import DTYPES, decode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 
@@ -410,6 +410,13 @@ class _Job:
         self.thread_watch = ThreadWatch()
         self.thread_watch.install()
         self.threads_seen = 0  # threads the watch saw start that were reported (check_integrity)
+        # Python the scan never read: a module written to the private folder, to a folder put on sys.path, or
+        # changed while the candidate runs
+        private = [self.dir] + ([Path(job["build_dir"])] if job.get("build_dir") else [])
+        self.import_watch = ImportWatch(private, on_refuse=lambda name, origin, why: _Job.flag(self, _finding(
+            "runtime.import", "cheat", "introspection", f"imported {name} from {origin}: {why}")))
+        self.import_watch.install()
+        self.import_watch_reported = False
         # identities of timers, comparisons and the harness's own code, before any candidate code runs
         self.protected = ProtectedSnapshot()
         self.tampered: set[str] = set()
@@ -473,6 +480,10 @@ class _Job:
             if getattr(owner, attr, None) is not fn:
                 _Job.flag(self, _finding("runtime.timer-tamper", "cheat", "timer-tamper",
                                          f"{name} was replaced ({where})"))
+        if not self.import_watch.intact() and not self.import_watch_reported:
+            self.import_watch_reported = True
+            _Job.flag(self, _finding("runtime.import", "cheat", "introspection",
+                                     f"the harness's import watch was moved or removed from sys.meta_path ({where})"))
         for label in self.launches.intact():
             _Job.flag(self, _finding("runtime.timer-tamper", "cheat", "timer-tamper",
                                      f"the harness's launch counter {label} was removed ({where})"))

@@ -340,3 +340,57 @@ def test_reading_the_profilers_state_is_introspection(src: str) -> None:
 def test_annotating_with_the_profiler_is_not_introspection() -> None:
     src = "import torch\ndef f(x):\n    with torch.profiler.record_function('mine'):\n        return x + 1\n"
     assert not [f for f in static_findings(src) if f.check == "static.introspection"]
+
+
+def test_import_watch_refuses_python_the_scan_never_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's import watch: a module already on sys.path imports; one in the private folder, one in a folder
+    put on sys.path later, one written after the watch started, and a package folder there are refused (each with
+    a call of ``on_refuse``), and the watch knows when it was taken off ``sys.meta_path``."""
+    import sys
+    import time
+
+    from kernelbench_harness.execution.guards import ImportWatch
+
+    old, private, later = tmp_path / "old", tmp_path / "private", tmp_path / "later"
+    for d in (old, private, later):
+        d.mkdir()
+    (old / "kbw_old.py").write_text("VALUE = 1\n")
+    (private / "kbw_private.py").write_text("VALUE = 2\n")
+    (later / "kbw_later.py").write_text("VALUE = 3\n")
+    (later / "kbw_pkg").mkdir()
+    monkeypatch.syspath_prepend(str(old))
+    seen: list[tuple[str, str]] = []
+    watch = ImportWatch([private], on_refuse=lambda name, origin, why: seen.append((name, why)))
+    time.sleep(0.05)
+    (old / "kbw_new.py").write_text("VALUE = 4\n")
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    watch.install()
+    monkeypatch.syspath_prepend(str(private))
+    monkeypatch.syspath_prepend(str(later))
+    try:
+        import kbw_old  # noqa: F401
+
+        for name in ("kbw_private", "kbw_later", "kbw_new", "kbw_pkg"):
+            with pytest.raises(ImportError, match="kbench refused to import " + name):
+                __import__(name)
+        assert watch.intact()
+    finally:
+        for name in ("kbw_old", "kbw_private", "kbw_later", "kbw_new", "kbw_pkg"):
+            sys.modules.pop(name, None)
+    assert [n for n, _ in seen] == ["kbw_private", "kbw_later", "kbw_new", "kbw_pkg"]
+    assert [w for _, w in seen] == ["it lies in the candidate's own folder",
+                                    "its folder was not on sys.path when the candidate started",
+                                    "it was written while the candidate ran",
+                                    "its folder was not on sys.path when the candidate started"]
+    # a finder of the candidate's own put before the watch (its code in the private folder) breaks it; one of a
+    # library's does not
+    (private / "kbw_finder.py").write_text("class F:\n    def find_spec(self, *a):\n        return None\n")
+    ns: dict = {}
+    exec(compile((private / "kbw_finder.py").read_text(), str(private / "kbw_finder.py"), "exec"), ns)
+    sys.meta_path.insert(0, ns["F"]())
+    assert not watch.intact()
+    library_find_spec = pytest.importorskip("_distutils_hack").DistutilsMetaFinder.find_spec
+    sys.meta_path[0] = type("LibraryFinder", (), {"find_spec": library_find_spec})()
+    assert watch.intact()
+    sys.meta_path.remove(watch)
+    assert not watch.intact()
