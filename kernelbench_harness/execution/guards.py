@@ -88,14 +88,22 @@ _MODULE_IDENTITY = {"__package__", "__spec__", "__name__", "__path__", "__loader
 _INTROSPECTION_MODULES = {"gc", "inspect", "kernelbench_harness", "__main__", "builtins",
                           "pkgutil", "pydoc",
                           "runpy", "code", "codeop", "marshal", "pickle", "dill", "cloudpickle", "shelve",
-                          "jsonpickle", "joblib", "imp"}
+                          "jsonpickle", "joblib", "imp",
+                          # they import or patch an object named by a string given at run time
+                          # (``mock.patch(name)``, ``logging.config``'s resolver), or evaluate one (sympy's
+                          # ``sympify`` and ``lambdify``, ``numexpr``)
+                          "unittest", "mock", "sympy", "numexpr"}
 # loaders that run code stored in data (pickle's ``GLOBAL``/``REDUCE``: ``builtins.eval`` with a payload the scan never
 # sees, a file the candidate wrote at run time), and the constructors of code and functions from raw parts; a
 # call with ``allow_pickle=`` anything but False is judged alike (``numpy.load``)
-_CODE_FROM_DATA = {"torch.load", "torch.serialization", "torch.package", "pandas.read_pickle", "yaml.load",
+_CODE_FROM_DATA = {"torch.load", "torch.serialization", "torch.package", "pandas.read_pickle", "pandas.eval",
+                   "logging.config", "yaml.load",
                    "yaml.unsafe_load", "yaml.full_load", "yaml.load_all", "yaml.unsafe_load_all", "yaml.full_load_all"}
 _CODE_FROM_DATA_ATTRS = {"read_pickle", "unsafe_load", "unsafe_load_all", "Unpickler", "PackageImporter",
-                         "CodeType", "FunctionType", "LambdaType", "gi_code", "cr_code", "ag_code", "co_code"}
+                         "CodeType", "FunctionType", "LambdaType", "gi_code", "cr_code", "ag_code", "co_code",
+                         # strings evaluated or resolved to objects: forward references, format fields, names
+                         "get_type_hints", "get_field", "resolve_name", "sympify", "lambdify", "parse_expr",
+                         "__annotations__"}
 _INTROSPECTION_ATTRS = {"_getframe", "getframe", "walk_stack", "walk_tb", "f_back", "f_globals", "f_locals", "f_code", "get_objects",
                         "get_referrers", "get_referents", "settrace", "setprofile", "addaudithook",
                         "__subclasses__", "__globals__", "gi_frame", "cr_frame", "tb_frame", "__builtins__",
@@ -588,7 +596,8 @@ def static_findings(source: str) -> list[Finding]:
             getattribute = n.attr in ("__getattribute__", "__getattr__") and not (
                 isinstance(n.value, ast.Call) and _dotted(n.value.func) == "super")
             if owner and (n.attr in _INTROSPECTION_MODULES - {"code"} or n.attr in _LOOKUP_ATTRS or (
-                    n.attr == "__dict__" and _dotted(n.value).partition(".")[0] in module_names)):
+                    n.attr == "__dict__" and (_dotted(n.value).partition(".")[0] in module_names or
+                                              _dotted(n.value) not in ("self", "cls")))):
                 # a module the scan refuses to import, or a lookup builtin, reached as another module's attribute
                 # (``triton.language.core.builtins.eval``, ``X.inspect.stack()``), or a module's namespace by name
                 # (``tl.core.__dict__["builtins"]``): the import and name rules never see these
@@ -597,7 +606,8 @@ def static_findings(source: str) -> list[Finding]:
             if n.attr in _CODE_FROM_DATA_ATTRS or any(dotted == d or dotted.startswith(d + ".")
                                                       for d in _CODE_FROM_DATA):
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection",
-                              f"uses {dotted or n.attr}: it runs code stored in data or built from raw parts", n))
+                              f"uses {dotted or n.attr}: it runs code, or finds objects by name, from data the scan "
+                              "cannot read", n))
             if n.attr == "importlib" or in_importlib or getattribute:
                 # a module imported by a name the scan does not see (torch.utils.cpp_extension.importlib)
                 out.append(_f("static.introspection", Severity.CHEAT, "introspection", f"uses {_dotted(n) or n.attr}",
