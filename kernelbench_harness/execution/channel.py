@@ -1,4 +1,5 @@
-"""Newline-delimited JSON messages over a stream socket, with deadlines and a size cap.
+"""Newline-delimited JSON messages over a stream socket, with deadlines and a size cap, signed when both ends
+hold a key.
 
 Used between the trusted device worker and a candidate process. The trusted side treats every
 message as untrusted input: oversize lines and non-JSON raise :class:`ChannelError`.
@@ -6,6 +7,7 @@ message as untrusted input: oversize lines and non-JSON raise :class:`ChannelErr
 
 from __future__ import annotations
 
+import hmac
 import json
 import json.encoder
 import select
@@ -38,6 +40,8 @@ _ENCODE_STR = json.encoder.encode_basestring_ascii
 _FLOAT_REPR = float.__repr__
 _INT_REPR = int.__repr__
 _SENDALL = socket.socket.sendall
+_DIGEST = hmac.digest
+_SAME = hmac.compare_digest
 _isinstance, _type, _str = isinstance, type, str
 
 
@@ -75,14 +79,32 @@ def dumps(obj: Any) -> str:
 
 
 class Channel:
-    """JSON-lines messaging over a connected stream socket."""
+    """JSON-lines messaging over a connected stream socket.
 
-    def __init__(self, sock: socket.socket) -> None:
+    With ``key`` (the same secret bytes at both ends), each line is ``<mac> <json>``, where ``mac`` is the hex
+    HMAC-SHA256 of the message's number in its direction and the JSON text, and a received line whose MAC does not
+    match raises :class:`ChannelError`. A candidate's process can write to its end of the socket with ``os.write``
+    without touching any of the worker's objects (a forged ``timing`` message ahead of the worker's own, which the
+    trusted side then reads as the answer); without the key, which only the worker's channel object holds, it
+    cannot sign one.
+    """
+
+    def __init__(self, sock: socket.socket, key: bytes | None = None) -> None:
         self.sock = sock
         self._buf = bytearray()
+        self._key = key
+        self._sent = 0
+        self._received = 0
+
+    def _mac(self, n: int, body: bytes) -> bytes:
+        return _DIGEST(self._key, b"%d:" % n + body, "sha256").hex().encode("ascii")  # type: ignore[arg-type]
 
     def send(self, obj: dict[str, Any]) -> None:
-        _SENDALL(self.sock, (dumps(obj) + "\n").encode("ascii"))
+        body = dumps(obj).encode("ascii")
+        if self._key is not None:
+            body = self._mac(self._sent, body) + b" " + body
+            self._sent += 1
+        _SENDALL(self.sock, body + b"\n")
 
     def recv(self, timeout_s: float | None = None) -> dict[str, Any]:
         """Next message. Raises ChannelTimeout, ChannelClosed or ChannelError."""
@@ -92,6 +114,12 @@ class Channel:
             if nl >= 0:
                 line = bytes(self._buf[:nl])
                 del self._buf[: nl + 1]
+                if self._key is not None:
+                    mac, _, line = line.partition(b" ")
+                    if not _SAME(mac, self._mac(self._received, line)):
+                        raise ChannelError(f"message {self._received} on the harness's channel is not signed by the "
+                                           "harness (its process wrote to the channel itself)")
+                    self._received += 1
                 try:
                     msg = json.loads(line)
                 except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import select
+import secrets
 import signal
 import socket
 import subprocess
@@ -285,6 +286,8 @@ class Launcher:
     # -- common -----------------------------------------------------------------------------------
     def start(self, job: dict[str, Any], sandbox: dict[str, Any] | None) -> ChildHandle:
         """Start a candidate process for ``job``; returns once it is running (before it says hello)."""
+        # the channel's key (see .channel.Channel): the candidate's process holds it only in its channel object
+        job = dict(job, channel_key=job.get("channel_key") or secrets.token_hex(32))
         payload = {"job": job, "sandbox": sandbox}
 
         def refuse_if_closed() -> None:
@@ -310,7 +313,7 @@ class Launcher:
                 pass
             sock.close()
             refuse_if_closed()
-        return ChildHandle(pid=pid, chan=Channel(sock), launcher=self)
+        return ChildHandle(pid=pid, chan=Channel(sock, key=bytes.fromhex(job["channel_key"])), launcher=self)
 
     def _wait(self, pid: int, timeout_s: float) -> int | None:
         p = self._popen.get(pid)

@@ -22,6 +22,8 @@ Conversation with the trusted side (JSON lines, see :mod:`.channel`)::
     parent -> {"cmd": "finish"}      child -> {"event": "done", findings}
     child -> {"event": "error", kind, error}   on any failure (then exits)
     child -> {"event": "finding", findings}    at any time: one finding, sent when it is made (_Job.flag)
+    (each line the child sends carries the HMAC of the job's channel key, .channel.Channel: a line its candidate
+    code wrote to the socket itself is refused as cheat(protocol))
     child -> {"event": "host_work", on, what}  at any time (job["compile_notice"]): a stretch of host work
              (a Triton JIT compile) begins, its device work synchronised first (on: true), or ends (on: false)
 
@@ -1269,7 +1271,8 @@ def child_main(sock_fd: int, job: dict[str, Any], sandbox: dict[str, Any] | None
     from .sandbox import SandboxConfig, apply_sandbox
 
     sock = socket.socket(fileno=sock_fd)
-    chan = Channel(sock)
+    key = job.pop("channel_key", None)  # kept only by the channel object (see .channel.Channel)
+    chan = Channel(sock, key=bytes.fromhex(key) if key else None)
     # every tool's scratch and cache goes into the private folder (the only place it may write)
     jd = Path(job["job_dir"])
     for sub in ("home", "tmp", "build", "cache"):
