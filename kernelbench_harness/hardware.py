@@ -18,7 +18,8 @@ import subprocess
 import time
 from typing import Any
 
-__all__ = ["collect_fingerprint", "host_probe_ms", "read_gpu_clocks", "hardware_fingerprint", "software_fingerprint"]
+__all__ = ["collect_fingerprint", "host_probe_ms", "read_gpu_clocks", "hardware_fingerprint", "software_fingerprint",
+           "RESUME_FIELDS", "planned_fingerprint", "fingerprint_differences"]
 
 
 def visible_device_id(index: int | str, env: str | None = None) -> str:
@@ -50,7 +51,7 @@ def visible_device_id(index: int | str, env: str | None = None) -> str:
     return entries[i]
 
 
-def _smi(query: str, index: int | None = None) -> list[str]:
+def _smi(query: str, index: int | str | None = None) -> list[str]:
     exe = shutil.which("nvidia-smi")
     if not exe:
         return []
@@ -417,3 +418,63 @@ def collect_fingerprint(device: str = "cpu") -> dict[str, Any]:
     fp["hardware_fingerprint"] = hardware_fingerprint(fp)
     fp["software_fingerprint"] = software_fingerprint(fp)
     return fp
+
+
+#: The fields of a run's hardware record (:func:`collect_fingerprint`) that every part of a run must share:
+#: the device's kind and model (a MIG slice or another SKU has its own name, SM count or compute capability)
+#: and the stack that compiles and runs the candidates and baselines. Not the driver, Python or host: machines
+#: lent as one kind differ in them without changing what a candidate's time measures.
+RESUME_FIELDS = ("device_type", "device_name", "compute_capability", "sm_count", "torch", "cuda", "triton")
+
+
+def planned_fingerprint(devices: list[str]) -> dict[str, Any]:
+    """What this process can tell, before any device slot starts and without initialising CUDA, of the
+    fingerprint that slots on ``devices`` will report (:func:`collect_fingerprint`): ``device_type``,
+    ``torch`` and ``cuda`` (the slots run this interpreter), and ``device_name`` where it is known (the CPU's
+    model; the first GPU's name from nvidia-smi, absent without it).
+
+    Args:
+        devices: the slots' devices, e.g. ``["cuda:0", "cuda:0"]`` or ``["cpu"]`` (the first one is asked).
+    """
+    import torch
+
+    dev = devices[0] if devices else "cpu"
+    fp: dict[str, Any] = {"device_type": "cuda" if dev.startswith("cuda") else "cpu", "torch": torch.__version__,
+                          "cuda": torch.version.cuda}
+    if fp["device_type"] == "cpu":
+        fp["device_name"] = _cpu_model()
+        return fp
+    try:
+        index: str | None = visible_device_id(dev.split(":", 1)[1] if ":" in dev else 0)
+    except ValueError:
+        index = None
+    names = _smi("name", index) if index is not None else []
+    if names:
+        fp["device_name"] = names[0]
+    return fp
+
+
+def fingerprint_differences(run: dict[str, Any], here: dict[str, Any], *, planned: bool = False) -> list[str]:
+    """The :data:`RESUME_FIELDS` in which this machine's fingerprint differs from a run's stored one.
+
+    A field is compared only where both records hold it (an older record may lack one; a planned one lacks
+    those only the device slots can read).
+
+    Args:
+        run: the run's stored hardware record; here: this machine's (:func:`collect_fingerprint`, or
+            :func:`planned_fingerprint` with ``planned=True``: a GPU name from nvidia-smi then matches a stored
+            name it begins or that begins with it, as the whole GPU's name does a MIG slice's).
+
+    Returns:
+        One ``"device_type: cuda (run) vs cpu (here)"`` per differing field, in :data:`RESUME_FIELDS` order.
+    """
+    out = []
+    for f in RESUME_FIELDS:
+        if f not in run or f not in here or run[f] == here[f]:
+            continue
+        a, b = str(run[f]), str(here[f])
+        if planned and f == "device_name" and here.get("device_type") == "cuda" and run[f] and here[f] \
+                and (a.startswith(b) or b.startswith(a)):
+            continue
+        out.append(f"{f}: {run[f]} (run) vs {here[f]} (here)")
+    return out

@@ -319,6 +319,38 @@ def resume_differences(given: RunConfig, saved: RunConfig, explicit: frozenset[s
     return out
 
 
+def _describe_machine(fp: dict[str, Any]) -> str:
+    """``"NVIDIA H200, torch 2.11.0+cu130, CUDA 13.0"``: a hardware record's device and stack."""
+    return (f"{fp.get('device_name') or fp.get('device_type') or 'an unknown device'}, torch {fp.get('torch')}, "
+            + (f"CUDA {fp['cuda']}" if fp.get("cuda") else "no CUDA"))
+
+
+def _refuse_other_hardware(run_name: str, run_hw: dict[str, Any], here: dict[str, Any], *, planned: bool) -> None:
+    """Refuse to resume a run on a machine whose device or stack differs from the one its results were timed on
+    (:func:`.hardware.fingerprint_differences`): its times would be mixed with the run's, under one hardware record.
+
+    Raises:
+        ConfigError: a field of :data:`.hardware.RESUME_FIELDS` differs.
+    """
+    from .hardware import fingerprint_differences
+
+    diff = fingerprint_differences(run_hw, here, planned=planned)
+    if diff:
+        raise ConfigError(f"run {run_name!r} was timed on {_describe_machine(run_hw)}; this machine differs "
+                          f"({'; '.join(diff)}), and its times would be mixed with the run's under one record",
+                          fix="resume it on the same kind of machine, with the same torch and CUDA; or evaluate "
+                              "here under a new --run-name")
+
+
+def _resumed_part(fp: dict[str, Any]) -> dict[str, Any]:
+    """A resumed part's entry in its run's ``hardware["resumed"]``: the machine it ran on (the run's record keeps
+    the machine it was started on)."""
+    part = {k: fp.get(k) for k in ("host", "device", "device_name", "driver", "python", "host_probe_ms",
+                                   "hardware_fingerprint", "software_fingerprint")}
+    part["at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # UTC
+    return part
+
+
 def _check_environment() -> None:
     """Refuse bad kbench environment variables before anything is stored: read later in each device
     slot, a bad value would fail every candidate and be stored as their runtime errors.
@@ -399,7 +431,9 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     Raises:
         StoreError: the run name exists and ``resume`` is False, or does not exist and ``resume`` is True.
         PrerequisiteError: the adapter cannot work (key, extra, server) or no device.
-        ConfigError: bad settings.
+        ConfigError: bad settings; on resume, a machine unlike the one the run was started on
+            (:data:`.hardware.RESUME_FIELDS`: refused before the device workers start where this process can
+            tell, else once they report, before anything is evaluated).
     """
     from .adapters.registry import get_adapter
     from .agent import TurnRecord, run_sample
@@ -452,6 +486,12 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                                       ray_address=cfg.ray_address, concurrency=cfg.concurrency,
                                       warm_workers=cfg.warm_workers, timeout_s=cfg.timeout_s,
                                       build_cache=cfg.build_cache or saved.build_cache)
+            if cfg.executor == "local":  # a machine unlike the run's is refused before any device worker starts
+                from .executors.local import resolve_devices
+                from .hardware import planned_fingerprint
+
+                _refuse_other_hardware(cfg.run_name or "", stored.hardware or {},
+                                       planned_fingerprint(resolve_devices(cfg.gpus)), planned=True)
         generated_name = not cfg.run_name
         run_name = cfg.run_name or default_run_name(cfg.model, cfg.protocol)
         protocol = cfg.resolved_protocol()
@@ -553,9 +593,13 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     # is cut short, too: see _warm_record)
     warm_info: dict[str, Any] = {}
     warm_t0: list[float] = []
+    fp: dict[str, Any] = {}
+    n_eval = 0  # candidates evaluated by this part
     try:
         fp = executor.fingerprint()
         startup_s["executor"] = round(time.perf_counter() - t_exec0, 3)  # device slots started, sandbox probed
+        if stored is not None:  # what the slots report, before anything is evaluated (a GPU's model; Ray's slots)
+            _refuse_other_hardware(run_name, stored.hardware or {}, fp, planned=False)
         devtype = "cuda" if str(fp.get("device_type")) == "cuda" else "cpu"
         if not planned_early or (device_planned and devtype != plan_dev):
             if device_planned:
@@ -591,7 +635,6 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
 
         outcomes: dict[str, int] = {}
         phase_s = {k: 0.0 for k in ("generate", "build", "evaluate")}
-        n_eval = 0
 
         first_eval: dict[str, asyncio.Event] = {}  # set once a problem's first candidate was evaluated
 
@@ -769,13 +812,19 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         await asyncio.gather(*(one(s, st) for s, st in todo))
         await warm_task
         status = "finished"
-        end_fp = dict(fp)
+        # a resumed run keeps the record of the machine it was started on (the same kind: _refuse_other_hardware)
+        # and adds this part's machine to its "resumed" list
+        end_fp = dict(stored.hardware) if stored is not None and stored.hardware else dict(fp)
         try:
             from .hardware import read_gpu_clocks
 
-            end_fp["clocks_end"] = read_gpu_clocks()
+            clocks = read_gpu_clocks()
         except Exception:
-            pass
+            clocks = None
+        if stored is not None and stored.hardware:
+            end_fp["resumed"] = [*(end_fp.get("resumed") or []), {**_resumed_part(fp), "clocks_end": clocks}]
+        elif clocks is not None:
+            end_fp["clocks_end"] = clocks
         if warm_info:
             # the torch.compile warm-up: per problem its modes' seconds, and (GPU) its waits for the device
             # lock and the epochs of its GPU work, to check against the timing windows' epochs
@@ -795,6 +844,9 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                 hw = None
                 if warm_info:  # the compiles that finished before the cut, which a resumed run does not redo
                     hw = {**(cut.hardware or {}), "warm": _warm_record(stored, dict(warm_info), warm_t0)}
+                if stored is not None and stored.hardware and n_eval:  # this part timed candidates here
+                    hw = hw or dict(cut.hardware or {})
+                    hw["resumed"] = [*(hw.get("resumed") or []), _resumed_part(fp)]
                 store.set_run_status(run_name, "interrupted", hardware=hw, if_runner=True)
         except Exception:
             pass

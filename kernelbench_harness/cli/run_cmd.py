@@ -259,7 +259,9 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
               help="Cores reserved for each device slot and its candidates; builds and warm-ups get the "
                    "rest (default: 2 per GPU when the host has 6 or more cores per GPU; 0 = no pinning).")
 @click.option("--run-name", default=None, help="Name of the run in the store (default: generated).")
-@click.option("--resume", is_flag=True, help="Continue the run named by --run-name where it stopped.")
+@click.option("--resume", is_flag=True,
+              help="Continue the run named by --run-name where it stopped, with its stored settings, on the same kind "
+                   "of machine (device, torch, CUDA: another is refused).")
 @click.option("--timeout", "timeout_s", default=300.0, show_default=True,
               type=FiniteFloatRange(0, min_open=True, hint="give seconds, e.g. --timeout 300"),
               help="Seconds a candidate may run (after its build).")

@@ -4,6 +4,7 @@ first lives, and a resume with nothing to evaluate says so before any device wor
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -345,3 +346,104 @@ def ctrl_c_run() -> dict:
 def resumed_after_harness_errors() -> dict:
     return EARLY["resumed_after_harness_errors"].result()
 
+
+
+#: a run's hardware record as an H200 machine stored it (docs/gpu/2026-11-29-s4's kernelsseum run, abridged)
+H200 = {"device": "cuda:0", "device_type": "cuda", "torch": "2.11.0+cu130", "cuda": "13.0", "python": "3.12.3",
+        "host": "vm", "cpu_model": "Intel(R) Xeon(R) Processor", "cpu_count": 16, "triton": "3.6.0",
+        "device_name": "NVIDIA H200", "device_count": 1, "device_memory_bytes": 150109880320, "sm_count": 132,
+        "compute_capability": "9.0", "l2_bytes": 62914560, "driver": "580.159.04",
+        "hardware_fingerprint": "18a41b7fa522df03", "software_fingerprint": "ab8cd860b2134d09"}
+
+
+def _bundled_run(tmp_path: Path, name: str, hardware: dict) -> tuple[str, object]:
+    """A bundled run of L1/1-2 on the CPU in a store under ``tmp_path``, with L1/1 evaluated and the run
+    interrupted, as a killed runner leaves it; returns (db URL, its RunConfig)."""
+    from kernelbench_harness import runner
+    from kernelbench_harness.adapters.registry import get_adapter
+    from kernelbench_harness.core import EvalResult, Outcome
+    from kernelbench_harness.problems import load_problems
+    from kernelbench_harness.store import Store
+
+    db = f"sqlite:///{tmp_path / 'kb.db'}"
+    cfg = runner.RunConfig(model="bundled", levels=(1,), ids="1-2", run_name=name, db=db, gpus="cpu",
+                           build_cache=str(tmp_path / "cache"), timeout_s=120, protocol_overrides=SHORT_TIMING)
+    problems = load_problems(None, levels=(1,), ids="1-2").problems
+    specs = get_adapter("bundled", options={"device": "cpu"}).plan(problems, 1)
+    with Store(db) as st:
+        st.create_run(name, model="bundled", protocol=cfg.resolved_protocol().to_dict(),
+                      config={"run_config": cfg.to_dict(), "run_seed": 1}, hardware=hardware, problems=problems)
+        sp = next(s for s in specs if s.problem.problem_id == 1)
+        st.record_attempt(name, problem=sp.problem, candidate=None, model=sp.model, sample_id=sp.sample_id,
+                          turn=0, messages=None, reply=None, generation=None,
+                          result=EvalResult(Outcome.CORRECT, compiled=True, correct=True))
+        st.set_run_status(name, "interrupted")
+    return db, cfg
+
+
+def test_resume_on_other_hardware_is_refused_before_any_device_worker_starts(tmp_path, monkeypatch):
+    """A run timed on an H200, resumed on this CPU machine, is refused before any device worker starts, naming
+    what differs and what to do; its hardware record, status and results are left as they were (before: the
+    missing candidate was evaluated on the CPU and the run's record rewritten to the CPU's)."""
+    import asyncio
+
+    import torch
+
+    from kernelbench_harness import runner
+    from kernelbench_harness.errors import ConfigError
+    from kernelbench_harness.store import Store
+
+    db, cfg = _bundled_run(tmp_path, "h200", H200)
+
+    def started(*_a, **_k):
+        raise AssertionError("a device worker (or the sizing child) was started")
+
+    monkeypatch.setattr(runner, "_make_executor", started)
+    monkeypatch.setattr(runner, "_start_sizing", started)
+    with pytest.raises(ConfigError) as e:
+        asyncio.run(runner.execute_run(cfg, resume=True))
+    msg = e.value.message
+    assert "run 'h200' was timed on NVIDIA H200, torch 2.11.0+cu130, CUDA 13.0; this machine differs" in msg, msg
+    assert "device_type: cuda (run) vs cpu (here)" in msg and "cuda: 13.0 (run) vs" in msg
+    assert f"torch: 2.11.0+cu130 (run) vs {torch.__version__} (here)" in msg
+    assert "same kind of machine" in e.value.fix and "new --run-name" in e.value.fix
+    out = kbench("run", "--run-name", "h200", "--resume", "--db", db, "--display", "plain", "--no-report",
+                 cwd=tmp_path, check=False)
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "error: run 'h200' was timed on NVIDIA H200" in out.stderr and "fix: resume it on the same kind" in out.stderr
+    assert "Traceback" not in out.stderr
+    with Store(db) as st:
+        info = st.get_run("h200")
+        assert info is not None and info.hardware == H200 and info.status == "interrupted"
+        assert len(st.attempts("h200")) == 1
+
+
+def test_a_resume_keeps_the_runs_hardware_record_and_checks_what_the_workers_report(tmp_path):
+    """A stack that only the device workers read (triton here) and that differs from the run's is refused once
+    they start, before anything is evaluated; on a machine like the run's, the resumed part evaluates the rest,
+    and the run's hardware record stays the one it was started on, with this part's machine listed under
+    ``resumed`` (before: the record was replaced by this machine's)."""
+    import asyncio
+
+    from kernelbench_harness import runner
+    from kernelbench_harness.errors import ConfigError
+    from kernelbench_harness.hardware import collect_fingerprint
+    from kernelbench_harness.store import Store
+
+    first = {**collect_fingerprint("cpu"), "host": "first-machine", "clocks_end": ["at the first part's end"]}
+    db, cfg = _bundled_run(tmp_path, "same", {**first, "triton": "0.0.1-another"})
+    with pytest.raises(ConfigError) as e:
+        asyncio.run(runner.execute_run(cfg, resume=True))
+    assert "triton: 0.0.1-another (run) vs" in e.value.message, e.value.message
+    with Store(db) as st:
+        info = st.get_run("same")
+        assert len(st.attempts("same")) == 1 and info is not None and info.hardware["triton"] == "0.0.1-another"
+    with sqlite3.connect(tmp_path / "kb.db") as c:  # the run's record as a machine like this one stored it
+        c.execute("update runs set hardware = ? where run_name = 'same'", (json.dumps(first),))
+    s = asyncio.run(runner.execute_run(cfg, resume=True))
+    assert (s.evaluated, s.skipped_done, s.status) == (1, 1, "finished")
+    with Store(db) as st:
+        hw = st.get_run("same").hardware  # type: ignore[union-attr]
+    parts = hw.pop("resumed")
+    assert hw == first
+    assert [p["host"] for p in parts] == [socket.gethostname()] and parts[0]["device"] == "cpu"
