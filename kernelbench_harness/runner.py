@@ -297,13 +297,14 @@ def _cheat_override(res: EvalResult, source: str) -> EvalResult:
     return res.with_(findings=tuple(findings))
 
 
-#: RunConfig fields a resumed run takes from the store, whatever the command line says.
+#: RunConfig fields a resumed run takes from the store, whatever the command line says (but see _repoint_inputs).
 STORED_RUN_FIELDS = ("model", "problems", "levels", "ids", "samples", "turns", "backend", "params",
                      "model_options", "protocol", "precision", "protocol_overrides", "seed")
 
 
 def resume_differences(given: RunConfig, saved: RunConfig, explicit: frozenset[str] | set[str]) -> list[str]:
-    """Settings given for a resumed run that differ from the stored ones (which win).
+    """Settings given for a resumed run that differ from the stored ones (which win). A problem source or replay
+    file that names the stored one (relative paths taken from the current folder) is no difference.
 
     Args:
         given: the settings of this invocation; saved: the run's stored settings.
@@ -314,9 +315,139 @@ def resume_differences(given: RunConfig, saved: RunConfig, explicit: frozenset[s
     """
     out = []
     for f in STORED_RUN_FIELDS:
-        if f in explicit and getattr(given, f) != getattr(saved, f):
+        if f in explicit and not _same_setting(f, getattr(given, f), getattr(saved, f)):
             out.append(f"{f}={getattr(given, f)!r} (stored: {getattr(saved, f)!r})")
     return out
+
+
+#: RunConfig fields that name a file or folder of the run's inputs (see :func:`input_path`)
+INPUT_FIELDS = ("problems", "model")
+_INPUT_FLAGS = {"problems": "--problems", "model": "-m replay:"}
+
+
+def input_path(field_name: str, value: Any) -> str | None:
+    """The local path a run setting names, or None: ``problems`` (a folder or file; not the bundled suite nor
+    ``hf:...``) and ``model`` (``replay:PATH``'s PATH)."""
+    if value is None:
+        return None
+    v = str(value)
+    if field_name == "problems":
+        return None if v == "bundled" or v.startswith("hf:") else v
+    if field_name == "model":
+        return v[len("replay:"):] if v.startswith("replay:") and len(v) > len("replay:") else None
+    return None
+
+
+def _abs(path: str) -> str:
+    return str(Path(path).expanduser().absolute())
+
+
+def _same_setting(field_name: str, a: Any, b: Any) -> bool:
+    """Whether two values of a run setting are the same; paths (:func:`input_path`) as absolute paths from here."""
+    pa, pb = input_path(field_name, a), input_path(field_name, b)
+    if pa is not None and pb is not None:
+        return _abs(pa) == _abs(pb)
+    return bool(a == b)
+
+
+def absolute_inputs(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with its problem source and replay file (:func:`input_path`) as absolute paths: what a new run
+    stores, so that ``--resume`` finds them from any folder."""
+    p, m = input_path("problems", cfg.problems), input_path("model", cfg.model)
+    return dataclasses.replace(cfg, problems=_abs(p) if p is not None else cfg.problems,
+                               model=f"replay:{_abs(m)}" if m is not None else cfg.model)
+
+
+def _repoint_inputs(given: RunConfig, saved: RunConfig, explicit: frozenset[str] | set[str]) -> dict[str, Any]:
+    """The inputs a resumed run takes from the command line: a ``--problems`` or ``-m replay:`` path given where
+    the stored one does not exist here (a run stored with relative paths, resumed from another folder). Whether
+    the new one holds the same problems and generations is checked once they are loaded
+    (:func:`_check_repointed_problems`, :func:`_check_repointed_replay`).
+
+    Returns:
+        ``{field: the given value}`` for each re-pointed field.
+
+    Raises:
+        ConfigError: a path given that does not exist; a replay file re-pointed to a file of another name (its
+            stem names the model of lines without one).
+    """
+    out: dict[str, Any] = {}
+    for f in INPUT_FIELDS:
+        old, new = input_path(f, getattr(saved, f)), input_path(f, getattr(given, f))
+        if f not in explicit or old is None or new is None or Path(old).expanduser().exists():
+            continue  # the stored setting is used (and a different one given is named as ignored)
+        flag = "--problems <folder>" if f == "problems" else f"-m replay:<folder>/{Path(old).name}"
+        if not Path(new).expanduser().exists():
+            raise ConfigError(f"{_INPUT_FLAGS[f]}{'' if f == 'model' else ' '}{new}: no such file or folder",
+                              fix=f"pass {flag} where the run's {'problems are' if f == 'problems' else 'file is'} "
+                                  "now")
+        if f == "model" and Path(new).name != Path(old).name:
+            raise ConfigError(f"-m {given.model}: the run's replay file is {saved.model} (not here); a resume "
+                              "may take the same file from another folder, not another file",
+                              fix=f"pass {flag}, the run's file where it is now; or start a new run (another "
+                                  "--run-name) for another file")
+        out[f] = getattr(absolute_inputs(given), f)
+    return out
+
+
+def _check_inputs_here(cfg: RunConfig, run_name: str, *, problems: bool, model: bool) -> None:
+    """Refuse a resumed run whose stored problem source or replay file (``problems``/``model``: check it) is not
+    here, before anything starts, saying how to point at them.
+
+    Raises:
+        ConfigError: a stored input path does not exist (relative paths from the current folder).
+    """
+    missing = [(f, p) for f, p, ask in (("problems", input_path("problems", cfg.problems), problems),
+                                         ("model", input_path("model", cfg.model), model))
+               if ask and p is not None and not Path(p).expanduser().exists()]
+    if not missing:
+        return
+    named = " and ".join(f"{_INPUT_FLAGS[f]}{'' if f == 'model' else ' '}{p}" for f, p in missing)
+    here = ", ".join(_abs(p) for _, p in missing)
+    flags = " ".join("--problems <folder>" if f == "problems" else f"-m replay:<folder>/{Path(p).name}"
+                     for f, p in missing)
+    raise ConfigError(f"run {run_name!r} was started with {named}, which {'is' if len(missing) == 1 else 'are'} "
+                      f"not here ({here})",
+                      fix=f"pass {flags} where {'it is' if len(missing) == 1 else 'they are'} now (a resume checks "
+                          "them against what the run stored), or resume from the folder the run was started in")
+
+
+def _check_repointed_problems(run_name: str, source: str, problems: list[Problem], scope: list[Problem]) -> None:
+    """Refuse a re-pointed problem source that lacks some of the run's problems (compared by their code's hash).
+
+    Raises:
+        ConfigError: a problem of the run (``scope``) is not among ``problems`` (loaded from ``source``).
+    """
+    have = {p.code_sha256 for p in problems}
+    lacking = [p.key for p in scope if p.code_sha256 not in have]
+    if lacking:
+        raise ConfigError(f"--problems {source} does not hold {len(lacking)} of the {len(scope)} problem(s) of run "
+                          f"{run_name!r} (same level, id and code): {', '.join(lacking[:10])}"
+                          + (" ..." if len(lacking) > 10 else ""),
+                          fix="pass the folder of the problems the run was started with, or start a new run "
+                              "(another --run-name) for these problems")
+
+
+def _check_repointed_replay(run_name: str, ad: ModelAdapter, store: Any) -> None:
+    """Refuse a re-pointed replay file that does not serve, for every candidate the run stored, the same code under
+    the same level, problem, model and sample.
+
+    Raises:
+        ConfigError: a stored candidate's sample is missing from the file, or has other code there.
+    """
+    from .adapters.replay import ReplayAdapter
+
+    if not isinstance(ad, ReplayAdapter):
+        return
+    index = {(g.level, g.problem_id, g.model, g.sample_id): g.code for g in ad.generations}
+    other = [f"L{a.level}/{a.problem_id} {a.model} sample {a.sample_id}" for a in store.attempts(run_name)
+             if a.turn == 0 and a.code is not None
+             and index.get((a.level, a.problem_id, a.model, a.sample_id)) != a.code]
+    if other:
+        raise ConfigError(f"{ad.name} does not hold the code run {run_name!r} stored for {len(other)} candidate(s): "
+                          f"{', '.join(other[:10])}" + (" ..." if len(other) > 10 else ""),
+                          fix="pass the replay file the run was started with, or start a new run (another "
+                              "--run-name) for this file")
 
 
 def _describe_machine(fp: dict[str, Any]) -> str:
@@ -423,7 +554,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         problem_set, adapter: pre-built objects (tests); otherwise built from ``cfg``.
         resume: continue an existing run instead of refusing its name.
         explicit: the ``cfg`` fields the user set; on resume, those that differ from the stored
-            settings are named in a progress note (the stored ones are used).
+            settings are named in a progress note (the stored ones are used), except a problem source or replay
+            file given where the stored path is not here, which is used (:func:`_repoint_inputs`).
 
     Returns:
         A :class:`RunSummary`.
@@ -433,7 +565,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
         PrerequisiteError: the adapter cannot work (key, extra, server) or no device.
         ConfigError: bad settings; on resume, a machine unlike the one the run was started on
             (:data:`.hardware.RESUME_FIELDS`: refused before the device workers start where this process can
-            tell, else once they report, before anything is evaluated).
+            tell, else once they report, before anything is evaluated), a stored input path that is not here, or
+            one re-pointed to other problems or generations (:func:`_repoint_inputs`).
     """
     from .adapters.registry import get_adapter
     from .agent import TurnRecord, run_sample
@@ -472,12 +605,18 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
     store, stored = open_store(cfg) if resume else (None, None)
     heartbeat: Heartbeat | None = None  # this process's heartbeat for the run, from when it runs it
     try:
+        repointed: dict[str, Any] = {}  # inputs a resumed run takes from the command line (_repoint_inputs)
         if stored is not None:
             saved = RunConfig.from_dict(stored.config.get("run_config", {}))
-            ignored = resume_differences(cfg, saved, explicit)
+            repointed = _repoint_inputs(cfg, saved, explicit)
+            ignored = resume_differences(cfg, saved, explicit - set(repointed))
             if ignored:
                 prog.note(f"--resume continues run {cfg.run_name!r} with its stored settings; ignored: "
                           f"{'; '.join(ignored)}")
+            if repointed:
+                prog.note(f"--resume of run {cfg.run_name!r} reads its inputs where they are now (the stored paths "
+                          "are not here): " + "; ".join(f"{f}={v} (stored: {getattr(saved, f)})"
+                                                        for f, v in repointed.items()))
             # the stored settings win; device, db and process settings may change between sessions
             cfg = dataclasses.replace(saved, db=cfg.db, gpus=cfg.gpus, slots_per_gpu=cfg.slots_per_gpu,
                                       timing_cpus=cfg.timing_cpus, quiet_host=cfg.quiet_host,
@@ -485,13 +624,14 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
                                       build_workers=cfg.build_workers, executor=cfg.executor,
                                       ray_address=cfg.ray_address, concurrency=cfg.concurrency,
                                       warm_workers=cfg.warm_workers, timeout_s=cfg.timeout_s,
-                                      build_cache=cfg.build_cache or saved.build_cache)
+                                      build_cache=cfg.build_cache or saved.build_cache, **repointed)
             if cfg.executor == "local":  # a machine unlike the run's is refused before any device worker starts
                 from .executors.local import resolve_devices
                 from .hardware import planned_fingerprint
 
                 _refuse_other_hardware(cfg.run_name or "", stored.hardware or {},
                                        planned_fingerprint(resolve_devices(cfg.gpus)), planned=True)
+            _check_inputs_here(cfg, cfg.run_name or "", problems=problem_set is None, model=adapter is None)
         generated_name = not cfg.run_name
         run_name = cfg.run_name or default_run_name(cfg.model, cfg.protocol)
         protocol = cfg.resolved_protocol()
@@ -511,13 +651,18 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             raise ConfigError(f"no problems selected from {ps.source}{have}",
                               fix="check --problems, --level and --ids (`kbench problems list` shows what loads)")
         if stored is not None:
-            scope = {p.code_sha256 for p in store.run_problems(run_name)}
+            run_problems = store.run_problems(run_name)
+            if "problems" in repointed:
+                _check_repointed_problems(run_name, str(cfg.problems), list(ps.problems), run_problems)
+            scope = {p.code_sha256 for p in run_problems}
             problems = [p for p in ps.problems if p.code_sha256 in scope]
             if len(problems) < len(scope):
                 prog.note(f"{len(scope) - len(problems)} problem(s) of the stored run are no longer in the source")
         else:
             problems = list(ps.problems)
         ad = adapter or get_adapter(cfg.model, options=cfg.model_options)
+        if "model" in repointed:
+            _check_repointed_replay(run_name, ad, store)
         ad.check_ready()
         plan_dev: str | None = None  # the slots' device type where it is known before they start
         if cfg.executor == "local":
@@ -609,7 +754,8 @@ async def execute_run(cfg: RunConfig, *, progress: Progress | None = None,
             store, stored = open_store(cfg)
         if stored is None:
             store.create_run(run_name, model=cfg.model, protocol=protocol.to_dict(),
-                             config={"run_config": cfg.to_dict(), "run_seed": seed, "problems_source": ps.source,
+                             config={"run_config": absolute_inputs(cfg).to_dict(), "run_seed": seed,
+                                     "problems_source": ps.source,
                                      "startup_s": startup_s,
                                      "problem_issues": [f"{i.path}: {i.reason}" for i in ps.issues]},
                              hardware=fp, problems=problems)

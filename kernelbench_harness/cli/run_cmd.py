@@ -261,7 +261,8 @@ def given_on_command_line(ctx: click.Context) -> set[str]:
 @click.option("--run-name", default=None, help="Name of the run in the store (default: generated).")
 @click.option("--resume", is_flag=True,
               help="Continue the run named by --run-name where it stopped, with its stored settings, on the same kind "
-                   "of machine (device, torch, CUDA: another is refused).")
+                   "of machine (device, torch, CUDA: another is refused). Where its stored --problems or replay "
+                   "file is not here, pass where it is now (checked against what the run stored).")
 @click.option("--timeout", "timeout_s", default=300.0, show_default=True,
               type=FiniteFloatRange(0, min_open=True, hint="give seconds, e.g. --timeout 300"),
               help="Seconds a candidate may run (after its build).")

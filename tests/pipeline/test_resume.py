@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -447,3 +448,144 @@ def test_a_resume_keeps_the_runs_hardware_record_and_checks_what_the_workers_rep
     parts = hw.pop("resumed")
     assert hw == first
     assert [p["host"] for p in parts] == [socket.gethostname()] and parts[0]["device"] == "cpu"
+
+
+def _relative_inputs(root: Path) -> tuple[str, str]:
+    """``root/.data``: a problem folder (L1/1, L1/4) and a replay file ``gens.jsonl`` of model ``m`` answering both;
+    returns their paths relative to ``root``."""
+    repo = Path(__file__).resolve().parents[2]
+    (root / ".data" / "problems" / "level1").mkdir(parents=True)
+    lines = []
+    for name in ("1_Scaled_Swish", "4_Row_Sum"):
+        (root / ".data" / "problems" / "level1" / f"{name}.py").write_text(
+            (repo / "problems" / "level1" / f"{name}.py").read_text())
+        code = (repo / "problems" / "solutions" / "level1" / f"{name}.triton.py").read_text()
+        lines.append(json.dumps({"level": 1, "problem_id": int(name.split("_")[0]), "model": "m", "code": code}))
+    (root / ".data" / "gens.jsonl").write_text("\n".join(lines) + "\n")
+    return ".data/problems", "replay:.data/gens.jsonl"
+
+
+def test_resume_reads_moved_inputs_of_a_run_stored_with_relative_paths(tmp_path, monkeypatch):
+    """A run stored with relative --problems and replay paths, resumed from another folder: without paths it is
+    refused with the flags to pass; re-pointed to the same problems and file elsewhere, it evaluates the rest
+    under the same model; a re-point to other problems, another file or other code is refused before any device
+    worker starts (before: the new paths were ignored and the stored ones failed, with no fix)."""
+    import asyncio
+
+    from kernelbench_harness import runner
+    from kernelbench_harness.core import Candidate, EvalResult, Outcome
+    from kernelbench_harness.errors import ConfigError
+    from kernelbench_harness.hardware import collect_fingerprint
+    from kernelbench_harness.problems import load_problems
+    from kernelbench_harness.store import Store
+
+    start = tmp_path / "start"
+    problems_rel, model_rel = _relative_inputs(start)
+    db = f"sqlite:///{tmp_path / 'kb.db'}"
+    saved = runner.RunConfig(model=model_rel, problems=problems_rel, levels=(1,), run_name="rel", db=db, gpus="cpu",
+                             build_cache=str(tmp_path / "cache"), timeout_s=120, protocol_overrides=SHORT_TIMING)
+    problems = load_problems(start / problems_rel).problems
+    gens = [json.loads(x) for x in (start / ".data" / "gens.jsonl").read_text().splitlines()]
+    with Store(db) as st:  # as a kbench that stored paths as given left it, cut after L1/1
+        st.create_run("rel", model=model_rel, protocol=saved.resolved_protocol().to_dict(),
+                      config={"run_config": saved.to_dict(), "run_seed": 1}, hardware=collect_fingerprint("cpu"),
+                      problems=problems)
+        st.record_attempt("rel", problem=problems[0], candidate=Candidate(1, 1, gens[0]["code"], model="m"), model="m",
+                          sample_id=0, turn=0, messages=None, reply=None, generation=None,
+                          result=EvalResult(Outcome.CORRECT, compiled=True, correct=True))
+        st.set_run_status("rel", "interrupted")
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    starts: list[int] = []
+    real = runner._make_executor
+
+    def counted(*a, **k):
+        starts.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(runner, "_make_executor", counted)
+    notes: list[str] = []
+
+    class Notes(runner._NullProgress):
+        def note(self, message: str) -> None:
+            notes.append(message)
+
+    def resume(problems_path: Path | None = None, gens_path: Path | None = None) -> runner.RunSummary:
+        given = runner.RunConfig(run_name="rel", db=db, gpus="cpu", build_cache=str(tmp_path / "cache"),
+                                 problems=None if problems_path is None else str(problems_path),
+                                 model="bundled" if gens_path is None else f"replay:{gens_path}")
+        explicit = frozenset(f for f, v in (("problems", problems_path), ("model", gens_path)) if v is not None)
+        return asyncio.run(runner.execute_run(given, resume=True, progress=Notes(), explicit=explicit))
+
+    with pytest.raises(ConfigError) as e:
+        resume()
+    assert e.value.message == (f"run 'rel' was started with --problems .data/problems and -m replay:.data/gens.jsonl, "
+                               f"which are not here ({elsewhere}/.data/problems, {elsewhere}/.data/gens.jsonl)")
+    assert e.value.fix.startswith("pass --problems <folder> -m replay:<folder>/gens.jsonl where they are now")
+
+    moved = tmp_path / "moved"
+    shutil.copytree(start / ".data", moved)
+    edited = tmp_path / "edited"  # L1/1 with other code: other problems
+    shutil.copytree(moved, edited)
+    p1 = edited / "problems" / "level1" / "1_Scaled_Swish.py"
+    p1.write_text(p1.read_text().replace("scale = 1.75", "scale = 2.0"))
+    with pytest.raises(ConfigError, match=r"--problems .*edited/problems does not hold 1 of the 2 problem\(s\) of "
+                                          r"run 'rel' \(same level, id and code\): L1/1"):
+        resume(edited / "problems", moved / "gens.jsonl")
+    with pytest.raises(ConfigError, match=r"-m replay:.*nowhere/gens.jsonl: no such file or folder"):
+        resume(moved / "problems", tmp_path / "nowhere" / "gens.jsonl")
+    (moved / "other.jsonl").write_text((moved / "gens.jsonl").read_text())
+    with pytest.raises(ConfigError, match="a resume may take the same file from another folder, not another file"):
+        resume(moved / "problems", moved / "other.jsonl")
+    (edited / "gens.jsonl").write_text((moved / "gens.jsonl").read_text().replace("torch", "torch ", 1))
+    with pytest.raises(ConfigError, match=r"does not hold the code run 'rel' stored for 1 candidate\(s\): L1/1 m "
+                                          r"sample 0"):
+        resume(moved / "problems", edited / "gens.jsonl")
+    assert starts == []
+
+    s = resume(moved / "problems", moved / "gens.jsonl")
+    assert (s.evaluated, s.skipped_done, s.status, len(starts)) == (1, 1, "finished", 1)
+    assert any(n.startswith("--resume of run 'rel' reads its inputs where they are now") for n in notes), notes
+    with Store(db) as st:
+        assert [(a.problem_id, a.model, a.sample_id) for a in st.attempts("rel")] == [(1, "m", 0), (4, "m", 0)]
+        info = st.get_run("rel")
+    assert info is not None and info.model == model_rel  # the run is the one it was
+    assert (info.config["run_config"]["problems"], info.config["run_config"]["model"]) == (problems_rel, model_rel)
+
+
+def test_a_new_run_stores_its_input_paths_absolute(tmp_path, monkeypatch):
+    """``--problems`` and ``-m replay:`` given as relative paths are stored absolute in the run's settings, so
+    ``--resume`` finds them from any folder; the model keeps the name it was given."""
+    import asyncio
+
+    from kernelbench_harness import runner
+    from kernelbench_harness.store import Store
+
+    start = tmp_path / "start"
+    problems_rel, model_rel = _relative_inputs(start)
+    db = f"sqlite:///{tmp_path / 'kb.db'}"
+    cfg = runner.RunConfig(model=model_rel, problems=problems_rel, levels=(1,), ids="1", run_name="abs", db=db,
+                           gpus="cpu", build_cache=str(tmp_path / "cache"), timeout_s=120,
+                           protocol_overrides=SHORT_TIMING)
+    monkeypatch.chdir(start)
+    assert asyncio.run(runner.execute_run(cfg)).evaluated == 1
+    with Store(db) as st:
+        info = st.get_run("abs")
+    assert info is not None and info.model == model_rel
+    stored = info.config["run_config"]
+    assert (stored["problems"], stored["model"]) == (str(start / ".data" / "problems"),
+                                                    f"replay:{start / '.data' / 'gens.jsonl'}")
+    notes: list[str] = []
+
+    class Notes(runner._NullProgress):
+        def note(self, message: str) -> None:
+            notes.append(message)
+
+    # the same relative paths typed again from where the run started are the stored ones (nothing "ignored")
+    s = asyncio.run(runner.execute_run(cfg, resume=True, progress=Notes(), explicit=frozenset({"problems", "model"})))
+    assert s.evaluated == 0 and notes == ["nothing to evaluate: the 1 sample(s) of run abs are complete"], notes
+    monkeypatch.chdir(tmp_path)  # and from another folder, with no path given
+    s = asyncio.run(runner.execute_run(runner.RunConfig(run_name="abs", db=db, gpus="cpu"), resume=True))
+    assert s.evaluated == 0 and s.skipped_done == 1
