@@ -20,14 +20,16 @@ built-in defaults apply. Example::
     api_key_env = "MY_OPENAI_KEY"
     max_concurrency = 4
 
-README.md shows the same example (section "Configuration: kbench.toml"). A ``[providers.<name>]`` table
-must name a built-in provider or an installed adapter entry point (for adapters that read it); any
-other name is refused with the list of known ones. Other top-level tables are kept in
-:attr:`KbenchConfig.extra` for other parts of kbench.
+README.md shows the same example (section "Configuration: kbench.toml"). The file holds only the
+three tables above: any other top-level key (a misspelt ``[aliasses]``, which would otherwise leave
+every alias in it undefined) is refused with the known ones. A ``[providers.<name>]`` table must name a
+built-in provider or an installed adapter entry point (for adapters that read it); any other name is
+refused with the list of known ones.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -136,14 +138,12 @@ class KbenchConfig:
         prices: spec (``openai/gpt-5``) or alias -> :class:`Price`.
         providers: provider name -> :class:`ProviderSettings`.
         path: the file read, or None when none was found.
-        extra: other top-level tables of the file, untouched.
     """
 
     aliases: Mapping[str, Alias] = field(default_factory=lambda: MappingProxyType(builtin_aliases()))
     prices: Mapping[str, Price] = field(default_factory=_empty)
     providers: Mapping[str, ProviderSettings] = field(default_factory=_empty)
     path: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=_empty)
 
     def price_for(self, *names: str) -> Price | None:
         """The first price entry among ``names`` (e.g. the resolved spec, then the alias)."""
@@ -181,8 +181,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> KbenchConfig:
         path: the file; default ``$KBENCH_CONFIG`` or ``./kbench.toml``; none found -> built-ins.
 
     Raises:
-        ConfigError: unreadable file, invalid TOML (the message names the file and line), or
-            entries of the wrong type (the message names the file and the key).
+        ConfigError: unreadable file, invalid TOML (the message names the file and line), an
+            unknown top-level key, or entries of the wrong type (the message names the file and the
+            key).
     """
     p = config_path(path)
     if p is None:
@@ -201,6 +202,14 @@ def load_config(path: str | os.PathLike[str] | None = None) -> KbenchConfig:
 def _from_dict(data: dict[str, Any], where: str) -> KbenchConfig:
     def bad(key: str, what: str) -> ConfigError:
         return ConfigError(f"{where}: {key}: {what}", fix=_EXAMPLE_FIX)
+
+    unknown_top = [k for k in data if k not in _TOP_LEVEL]
+    if unknown_top:
+        near = {k: m[0] for k in unknown_top if (m := difflib.get_close_matches(k, _TOP_LEVEL, n=1))}
+        hint = "".join(f"; did you mean [{m}] for [{k}]?" for k, m in near.items())
+        raise ConfigError(f"{where}: unknown top-level keys {sorted(unknown_top)} (known: "
+                          f"{', '.join(_TOP_LEVEL)}){hint}",
+                          fix=f"rename or remove them; {_EXAMPLE_FIX}")
 
     aliases = builtin_aliases()
     for name, val in _table(data, "aliases", where).items():
@@ -249,11 +258,11 @@ def _from_dict(data: dict[str, Any], where: str) -> KbenchConfig:
                 raise bad(f"providers.{name}.{k}", "must be a string")
         providers[name] = ProviderSettings(val.get("base_url"), val.get("api_key_env"), mc)
 
-    extra = {k: v for k, v in data.items() if k not in ("aliases", "prices", "providers")}
     return KbenchConfig(MappingProxyType(aliases), MappingProxyType(prices), MappingProxyType(providers),
-                        where, MappingProxyType(extra))
+                        where)
 
 
+_TOP_LEVEL = ("aliases", "prices", "providers")
 _EXAMPLE_FIX = "see the kbench.toml example in README.md (section \"Configuration: kbench.toml\")"
 
 

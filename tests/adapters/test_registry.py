@@ -195,6 +195,28 @@ def test_bad_toml_names_file_and_line(tmp_path):
         load_config(tmp_path / "missing.toml")
 
 
+def test_unknown_top_level_key_is_refused_with_the_known_ones(tmp_path, monkeypatch):
+    """A misspelt [aliasses] table was ignored, and its aliases then were "unknown model" with no hint."""
+    bad = tmp_path / "custom.toml"
+    bad.write_text('[aliasses]\nmypolicy = "local/qwen-kernel-rl"\n[aliases.big]\nspec = "local/qwen"\n')
+    with pytest.raises(ConfigError) as ei:
+        load_config(bad)
+    assert ei.value.message == (f"{bad}: unknown top-level keys ['aliasses'] (known: aliases, prices, providers); "
+                                "did you mean [aliases] for [aliasses]?")
+    bad.write_text('temperature = 0.6\n[aliases]\nok = "openai/gpt-5"\n')  # a bare key, nothing near it
+    with pytest.raises(ConfigError) as ei:
+        load_config(bad)
+    assert ei.value.message.endswith("unknown top-level keys ['temperature'] (known: aliases, prices, providers)")
+    # the command, with KBENCH_CONFIG: refused before the model is looked up, with the file and the fix
+    bad.write_text('[aliasses]\nmypolicy = "local/qwen-kernel-rl"\n')
+    monkeypatch.setenv("KBENCH_CONFIG", str(bad))
+    res = subprocess.run([sys.executable, "-m", "kernelbench_harness", "run", "-m", "mypolicy", "--level", "1"],
+                         check=False, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert f"error: {bad}: unknown top-level keys ['aliasses']" in res.stderr and "did you mean [aliases]" in res.stderr
+    assert "fix: rename or remove them" in res.stderr and "unknown model" not in res.stderr
+
+
 def test_the_readme_example_that_config_errors_point_to_loads(tmp_path, monkeypatch):
     """kbench.toml errors said "see the example in kbench's docs", and no doc had one."""
     from pathlib import Path
