@@ -29,6 +29,8 @@ class AnthropicAdapter(ChatAdapter):
     key_envs = ("ANTHROPIC_API_KEY",)
     base_url_envs = ("ANTHROPIC_BASE_URL",)
     default_base_url = None  # the SDK's default endpoint
+    # the sampling parameters of the Messages API (some SDK versions take them in the body only) and the shorthand
+    server_params = frozenset({"temperature", "top_p", "top_k", "stop_sequences", "thinking_budget"})
     _create_params: frozenset[str] | None = None
 
     def _make_client(self, sdk: Any) -> Any:

@@ -18,12 +18,19 @@ Adapter options (everything else given as options is a default model argument, e
 ``max_attempts`` requests per generation, first included; ``retry_initial_s``, ``retry_max_s``,
                  ``retry_jitter_s``, ``max_retry_after_s`` tune the backoff
 ============== ==========================================================================
+
+A model argument that is none the adapter knows (its SDK's named parameters, :attr:`ChatAdapter.server_params`,
+the options above) yet is close to one of them (``tempreature``, ``max_tokns``) gets a warning naming the
+nearest known key, once per adapter: it still goes to the server as given (in the request body), and a
+server that ignores unknown fields (vLLM does) would sample without the setting meant. A field sent on
+purpose is passed inside ``extra_body`` (``-M 'extra_body={top_a=0.1}'``), which is never warned about.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import difflib
 import importlib
 import logging
 import os
@@ -47,7 +54,7 @@ from .retry import (
     provider_semaphore,
 )
 
-__all__ = ["ADAPTER_OPTIONS", "ChatAdapter", "Reply", "redact", "split_options"]
+__all__ = ["ADAPTER_OPTIONS", "NEAR_MISS_CUTOFF", "ChatAdapter", "Reply", "redact", "split_options"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +63,10 @@ ADAPTER_OPTIONS: frozenset[str] = frozenset({
     "max_attempts", "retry_initial_s", "retry_max_s", "retry_jitter_s", "max_retry_after_s",
 })
 """Option keys that configure an HTTP adapter; any other option is a default model argument."""
+
+#: how alike (difflib's ratio) an unknown model argument and a known key must be for the one to be taken for a
+#: misspelling of the other: 'tempreature' and 'temperature' are 0.91 alike, 'max_tokns' and 'max_tokens' 0.95
+NEAR_MISS_CUTOFF = 0.8
 
 
 def split_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -139,6 +150,9 @@ class ChatAdapter(ModelAdapter):
     default_base_url: ClassVar[str | None] = None
     default_max_concurrency: ClassVar[int] = 8
     default_timeout_s: ClassVar[float] = 600.0
+    server_params: ClassVar[frozenset[str]] = frozenset()
+    """Model arguments the provider's servers document beyond the SDK's named parameters (they go in the
+    request body); with those and the SDK's they are the keys a misspelt argument is matched against."""
 
     def __init__(self, model: str, *, name: str | None = None, options: Mapping[str, Any] | None = None,
                  config: KbenchConfig | None = None) -> None:
@@ -179,6 +193,7 @@ class ChatAdapter(ModelAdapter):
                                         "max_retry_after_s"),
         )
         self._clients: dict[int, Any] = {}  # id(event loop) -> SDK client
+        self._checked_args: set[str] = set()  # model argument keys already checked for misspellings
 
     def __repr__(self) -> str:  # never shows the key
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
@@ -258,6 +273,29 @@ class ChatAdapter(ModelAdapter):
     def classify(self, exc: BaseException) -> ErrorInfo:
         """Retry class of an exception raised by :meth:`_complete`."""
 
+    def _known_params(self, client: Any) -> frozenset[str]:
+        """The model arguments the SDK call takes by name; empty: the adapter refuses unknown ones itself."""
+        return frozenset()
+
+    def _warn_near_misses(self, params: Mapping[str, Any], client: Any) -> None:
+        """Log a warning for each model argument not seen before that no one knows and that is close to a
+        known key (see the module docstring)."""
+        new = [k for k in params if k not in self._checked_args]
+        if not new:
+            return
+        self._checked_args.update(new)
+        sdk = self._known_params(client)
+        if not sdk:
+            return
+        known = sdk | self.server_params
+        keys = sorted(known | ADAPTER_OPTIONS)
+        for k in new:
+            near = [] if k in known else difflib.get_close_matches(k, keys, n=1, cutoff=NEAR_MISS_CUTOFF)
+            if near:
+                log.warning("%s: unknown model argument %r (did you mean %r?) is sent to the server as given, "
+                            "which may ignore it; to send it on purpose, pass it as -M 'extra_body={%s=...}'",
+                            self.name, k, near[0], k)
+
     def _classify_common(self, exc: BaseException) -> ErrorInfo | None:
         """Classes every SDK shares: timeouts and connection failures are transient."""
         if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
@@ -284,6 +322,7 @@ class ChatAdapter(ModelAdapter):
         except PrerequisiteError as e:
             return Generation(text="", code=None, model=self.model, error=redact(str(e), secrets),
                               error_kind=str(ErrorKind.FATAL), attempts=0)
+        self._warn_near_misses(params, client)
         start = time.monotonic()
         sem = provider_semaphore(f"{self.provider}@{self.base_url}", self.max_concurrency)
 

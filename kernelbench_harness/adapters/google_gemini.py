@@ -11,11 +11,12 @@ fatal error of the request (the Gemini API rejects unknown fields).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from typing import Any
 
 from ..errors import ConfigError
-from .chat import ChatAdapter, Reply, system_and_turns
+from .chat import NEAR_MISS_CUTOFF, ChatAdapter, Reply, system_and_turns
 from .retry import ErrorInfo, ErrorKind
 
 __all__ = ["GoogleAdapter"]
@@ -56,7 +57,11 @@ class GoogleAdapter(ChatAdapter):
         fields = set(types.GenerateContentConfig.model_fields)
         unknown = sorted(set(params) - fields)
         if unknown:
-            raise ConfigError(f"unknown Gemini model argument(s) {unknown}",
+            keys = sorted(fields | {"max_tokens", "reasoning_effort", "thinking_budget"})
+            near = {k: m[0] for k in unknown
+                    if (m := difflib.get_close_matches(k, keys, n=1, cutoff=NEAR_MISS_CUTOFF))}
+            hint = "".join(f"; did you mean {m!r} for {k!r}?" for k, m in near.items())
+            raise ConfigError(f"unknown Gemini model argument(s) {unknown}{hint}",
                               fix="use fields of GenerateContentConfig, max_tokens or reasoning_effort")
         if system:
             params["system_instruction"] = system

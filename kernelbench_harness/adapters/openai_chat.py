@@ -9,7 +9,8 @@
 
 Model arguments the SDK knows (``temperature``, ``top_p``, ``max_tokens``, ``max_completion_tokens``,
 ``reasoning_effort``, ``seed``...) are passed as such; others go in the request body (``extra_body``),
-as vLLM's ``top_k`` or ``repetition_penalty``.
+as vLLM's ``top_k`` or ``repetition_penalty``. One close to a known key and none of vLLM's or SGLang's
+sampling parameters (:data:`SERVER_PARAMS`) is warned about (see :mod:`kernelbench_harness.adapters.chat`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,25 @@ from ..errors import PrerequisiteError
 from .chat import ChatAdapter, Reply
 from .retry import ErrorInfo, ErrorKind
 
-__all__ = ["LocalAdapter", "OpenAIChatAdapter", "list_served_models"]
+__all__ = ["SERVER_PARAMS", "LocalAdapter", "OpenAIChatAdapter", "list_served_models"]
 
 log = logging.getLogger(__name__)
+
+SERVER_PARAMS: frozenset[str] = frozenset({
+    # vLLM's extra parameters of chat completions (sampling, decoding, chat template)
+    "best_of", "use_beam_search", "top_k", "min_p", "repetition_penalty", "length_penalty", "stop_token_ids",
+    "include_stop_str_in_output", "ignore_eos", "min_tokens", "skip_special_tokens",
+    "spaces_between_special_tokens", "truncate_prompt_tokens", "prompt_logprobs", "allowed_token_ids", "bad_words",
+    "echo", "add_generation_prompt", "continue_final_message", "add_special_tokens", "documents", "chat_template",
+    "chat_template_kwargs", "mm_processor_kwargs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+    "guided_decoding_backend", "guided_whitespace_pattern", "structural_tag", "structured_outputs", "priority",
+    "request_id", "logits_processors", "return_tokens_as_token_ids", "cache_salt", "kv_transfer_params",
+    "vllm_xargs",
+    # SGLang's
+    "regex", "ebnf", "json_schema", "no_stop_trim", "lora_path", "session_params", "separate_reasoning",
+    "stream_reasoning", "return_hidden_states", "rid",
+})
+"""Request-body fields of vLLM's and SGLang's OpenAI-compatible servers beyond the SDK's named parameters."""
 
 _FATAL_CODES = ("insufficient_quota", "invalid_api_key", "model_not_found", "context_length_exceeded")
 
@@ -42,6 +59,7 @@ class OpenAIChatAdapter(ChatAdapter):
     key_envs = ("OPENAI_API_KEY",)
     base_url_envs = ("OPENAI_BASE_URL",)
     default_base_url = "https://api.openai.com/v1"
+    server_params = SERVER_PARAMS
     _create_params: frozenset[str] | None = None
 
     @property

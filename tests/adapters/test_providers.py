@@ -205,6 +205,35 @@ def test_unknown_model_argument_goes_in_the_body_for_openai_compatible(monkeypat
         assert srv.generation_requests()[0].body["top_k"] == 20  # default param from options
 
 
+def test_misspelt_model_argument_is_warned_about_with_the_nearest_known_key(prov, caplog):
+    """-O tempreature=0.6 -M max_tokns=100 went to the server unchecked, which (vLLM) ignores unknown fields and
+    sampled at the wrong settings without a word."""
+    p, srv = prov
+    caplog.set_level(logging.WARNING)
+    a = _adapter(p, tempreature=0.6, top_k=20)  # an alias's options and -O reach the adapter as options
+    params = {"max_tokns": 100, "temperature": 0.2, "max_tokens": 50, "extra_body": {"top_a": 0.1}}
+    gen = _generate(a, params=params)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    if p.name == "google":  # the Gemini API refuses unknown fields: an error of the request, naming the nearest
+        assert gen.error_kind == "fatal" and srv.generation_requests() == []
+        assert "did you mean 'temperature' for 'tempreature'?" in gen.error
+        assert "did you mean 'max_tokens' for 'max_tokns'?" in gen.error
+        return
+    assert gen.error == ""
+    body = srv.generation_requests()[0].body
+    # sent as given (the README: -M arguments the SDK does not name go in the request body) ...
+    assert body["tempreature"] == 0.6 and body["max_tokns"] == 100 and body["top_k"] == 20
+    assert body["temperature"] == 0.2 and body["max_tokens"] == 50 and body["top_a"] == 0.1
+    # ... and each near-miss warned about once, with the nearest key and the way to send it on purpose
+    assert sorted(warned) == sorted(
+        f"{a.name}: unknown model argument {k!r} (did you mean {m!r}?) is sent to the server as given, which may "
+        f"ignore it; to send it on purpose, pass it as -M 'extra_body={{{k}=...}}'"
+        for k, m in (("tempreature", "temperature"), ("max_tokns", "max_tokens")))
+    caplog.clear()
+    assert _generate(a, params=params).error == ""
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]  # once per adapter, not per request
+
+
 def test_gemini_rejects_unknown_argument_without_a_request(monkeypatch):
     with FakeGeminiServer(api_key=KEY) as srv:
         a = get_adapter("google/g", options={"base_url": srv.base_url, "api_key": KEY}, config=KbenchConfig())

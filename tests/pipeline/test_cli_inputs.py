@@ -648,3 +648,26 @@ def test_a_run_planned_after_its_workers_start_with_nothing_to_evaluate_creates_
     with pytest.raises(ConfigError, match="nothing to evaluate"):
         asyncio.run(execute_run(cfg))
     assert closed and not (tmp_path / "k.db").exists()
+
+
+def test_misspelt_model_arguments_are_warned_about_and_sent_as_given(tmp_path):
+    """`kbench run -m big -M max_tokns=100`, with `tempreature = 0.6` under the alias, sent both to the server
+    without a word, and vLLM (which ignores unknown fields) sampled at its defaults."""
+    from fakes import FakeOpenAIServer
+
+    from .conftest import kbench
+
+    with FakeOpenAIServer("I am sorry, I cannot write this kernel.", model="qwen") as srv:
+        cfg = tmp_path / "custom.toml"
+        cfg.write_text(f'[aliases.big]\nspec = "local/qwen"\nbase_url = "{srv.base_url}"\ntempreature = 0.6\n')
+        p = kbench("run", "-m", "big", "-M", "max_tokns=100", "-M", "temperature=0.2", "-M", "top_k=20",
+                   "--level", "1", "--ids", "1", "--gpus", "cpu", "--db", f"sqlite:///{tmp_path / 'k.db'}",
+                   "--display", "plain", "--no-report", cwd=tmp_path, env={"KBENCH_CONFIG": str(cfg)})
+        (req,) = srv.generation_requests()
+    assert {k: req.body.get(k) for k in ("temperature", "tempreature", "max_tokns", "top_k")} == {
+        "temperature": 0.2, "tempreature": 0.6, "max_tokns": 100, "top_k": 20}
+    warned = [ln for ln in p.stderr.splitlines() if "unknown model argument" in ln]
+    assert len(warned) == 2, p.stderr
+    assert "'tempreature' (did you mean 'temperature'?)" in warned[0] + warned[1]
+    assert "'max_tokns' (did you mean 'max_tokens'?)" in warned[0] + warned[1]
+    assert all("-M 'extra_body={" in ln for ln in warned) and "no_code: 1" in p.stdout
