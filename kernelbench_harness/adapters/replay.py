@@ -6,14 +6,21 @@ KernelBench-style generation dumps such as kernelsseum's ``generations.jsonl``);
 the lines of the same level, problem_id and model, from 0). Other fields are kept and available
 through :meth:`ReplayAdapter.stored` (e.g. what the original harness reported).
 
+``code`` is usually a module, served as stored (syntax errors and all: they are the candidate's). A stored
+reply is read by the rule every model reply is read by (:func:`~kernelbench_harness.prompts.extract_code`):
+a fenced reply gives its code block, and text that is not Python and defines no ``class ModelNew`` (a model's
+refusal in prose) holds no code, so the sample's outcome is ``no_code``, as it would be from the model itself.
+
 Bad lines (not JSON, a missing or mistyped field, a duplicate sample) are logged with their line
 number and skipped. The adapter is not an LLM: the agent loop runs one turn and sends no prompt.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +28,14 @@ from typing import Any
 
 from ..core import Problem
 from ..errors import ConfigError
-from ..prompts import extract_code
+from ..prompts import extract_code, find_code_blocks
 from .base import Generation, GenerationRequest, ModelAdapter, SampleSpec, refuse_unknown_options
 
-__all__ = ["ReplayAdapter", "StoredGeneration", "read_generations"]
+__all__ = ["ReplayAdapter", "StoredGeneration", "read_generations", "stored_code"]
 
 log = logging.getLogger(__name__)
+
+_MODELNEW = re.compile(r"^\s*class\s+ModelNew\b", re.MULTILINE)  # as prompts.extract reads a reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +47,7 @@ class StoredGeneration:
         level, problem_id: the problem it answers.
         model: the model that wrote it.
         sample_id: as given by the line, else its index among lines of the same problem and model.
-        code: the stored code (a fenced reply is reduced to its code block).
+        code: the candidate (:func:`stored_code` of the line's ``code``), None when the line holds none.
         fields: the whole JSON object of the line.
     """
 
@@ -47,8 +56,42 @@ class StoredGeneration:
     problem_id: int
     model: str
     sample_id: int
-    code: str
+    code: str | None
     fields: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The line's ``code`` field as stored."""
+        return str(self.fields.get("code", self.code or ""))
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def stored_code(text: str) -> str | None:
+    """The candidate in a replay line's ``code`` field, or None when it holds no code.
+
+    A module (text that parses as Python, or defines ``class ModelNew``) is the candidate as stored, a
+    syntax error included (the evaluator's verdict is then ``compile_error``). Any other text is a stored
+    reply and is read as a model's reply (:func:`~kernelbench_harness.prompts.extract_code`): a fenced
+    reply gives its code block; prose (a refusal) gives None. Text without fences is never trimmed, so a
+    module is never cut down to a part that parses.
+
+    Args:
+        text: the stored ``code`` field.
+    """
+    if not text.strip():
+        return None
+    if _parses(text):
+        return text
+    if find_code_blocks(text):
+        return extract_code(text)
+    return text if _MODELNEW.search(text) else None
 
 
 def _as_id(v: Any) -> int | None:
@@ -125,10 +168,7 @@ def read_generations(path: str | Path, *, default_model: str | None = None) -> l
                         p, n, level, pid, model, sid)
             continue
         seen.add((*key, sid))
-        code = obj["code"]
-        if "```" in code:
-            code = extract_code(code) or code
-        out.append(StoredGeneration(n, level, pid, model, sid, code, obj))
+        out.append(StoredGeneration(n, level, pid, model, sid, stored_code(obj["code"]), obj))
     return out
 
 
@@ -180,4 +220,4 @@ class ReplayAdapter(ModelAdapter):
             return Generation(text="", code=None, model=s.model, attempts=0, error_kind="fatal",
                               error=f"{self.name} holds no generation for L{s.problem.level}/"
                                     f"{s.problem.problem_id} model {s.model} sample {s.sample_id}")
-        return Generation(text=g.code, code=g.code if g.code.strip() else None, model=g.model, attempts=0)
+        return Generation(text=g.text, code=g.code, model=g.model, attempts=0)

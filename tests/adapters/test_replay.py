@@ -134,3 +134,55 @@ def test_the_cli_prints_each_warning_about_the_file_once(tmp_path):
     assert out.count("gens.jsonl:1: not JSON") == 1, out
     assert out.count("gens.jsonl:3: missing problem_id, code; line skipped") == 1, out
     assert out.count("L1/99 (line 2)") == 1, out
+
+
+REFUSAL = "I'm sorry, I cannot write a kernel for this problem. It is already optimal."
+BROKEN = "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x)\n        return x\n"
+
+
+@pytest.mark.parametrize("stored,code", [
+    (REFUSAL, None),                                                  # prose: no code, as from the model
+    ("Sorry, no kernel:\n```\nnot code, just words\n```\n", None),    # a fenced reply whose block is no code
+    ("   \n", None),
+    (BROKEN, BROKEN),                                                 # a module with a syntax error: as stored
+    ("Here:\n```python\nclass ModelNew: pass\n```\n", "class ModelNew: pass\n"),
+    ('DOC = """\n```python\nx = 1\n```\n"""\nclass ModelNew: pass\n',  # a module whose string holds fences
+     'DOC = """\n```python\nx = 1\n```\n"""\nclass ModelNew: pass\n'),
+    ("ModelNew = dict\n", "ModelNew = dict\n"),                       # Python: the evaluator judges it
+])
+def test_stored_text_is_read_as_a_reply_would_be(tmp_path, stored, code):
+    """A replayed refusal in prose was served as code and judged compile_error ('unterminated string literal'),
+    where the same reply from scripted: or a model API is no_code."""
+    path = tmp_path / "g.jsonl"
+    path.write_text(json.dumps({"level": 1, "problem_id": 1, "code": stored}) + "\n")
+    a = ReplayAdapter(path)
+    (spec,) = a.plan([_problem(1, 1)])
+    g = _gen(a, spec)
+    assert g.code == code and g.text == stored and g.error == ""
+
+
+def test_a_replayed_refusal_is_no_code_and_a_broken_module_a_compile_error(tmp_path):
+    """The verdicts `kbench run -m replay:` stores, beside those of the same replies through scripted:."""
+    gens = tmp_path / "gens.jsonl"
+    gens.write_text(json.dumps({"level": 1, "problem_id": 1, "code": REFUSAL}) + "\n"
+                    + json.dumps({"level": 1, "problem_id": 2, "code": BROKEN}) + "\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"L1/1": [REFUSAL], "*": [f"```python\n{BROKEN}```\n"]}))
+    db = tmp_path / "k.db"
+    for run, model in (("replayed", f"replay:{gens}"), ("scripted", f"scripted:{script}")):
+        p = subprocess.run([sys.executable, "-m", "kernelbench_harness", "run", "--model", model, "--run-name", run,
+                            "--gpus", "cpu", "--db", f"sqlite:///{db}", "--display", "plain", "--no-report",
+                            "--level", "1", "--ids", "1,2"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+        assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    from kernelbench_harness.store import Store
+
+    st = Store(f"sqlite:///{db}")
+    try:
+        got = {(run, int(r.problem_id)): (r.outcome, r.error) for run in ("replayed", "scripted")
+               for r in st.results_frame(run).itertuples()}
+    finally:
+        st.close()
+    for run in ("replayed", "scripted"):
+        assert got[(run, 1)][0] == "no_code", got
+        assert got[(run, 2)][0] == "compile_error" and "SyntaxError" in got[(run, 2)][1], got
