@@ -147,6 +147,60 @@ def _ctrl_c(workdir: Path) -> dict:
     return {"db": db, "returncode": p.returncode, "out": out}
 
 
+#: starts a command (argv[1:]) with SIGINT ignored, as a non-interactive shell starts a command in the background
+#: (exec keeps an ignored signal ignored), and SIGTERM at its default, whatever the tests were started from
+_IGNORING_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                    "signal.signal(signal.SIGTERM, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def _signalled(workdir: Path, sig: signal.Signals) -> dict:
+    """A run sent ``sig`` (to its process alone) once it stored a result; it starts with SIGINT ignored."""
+    (workdir / "results").mkdir()
+    db = workdir / "results" / "sig.db"
+    p = subprocess.Popen([sys.executable, "-c", _IGNORING_SIGINT, sys.executable, "-m", "kernelbench_harness", *ARGS,
+                          "--run-name", "sig", "--db", str(db)],
+                         cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while p.poll() is None and _count(db, "sig") < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stored_before = _count(db, "sig")
+        os.kill(p.pid, sig)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    with sqlite3.connect(db) as c:
+        status = c.execute("select status from runs where run_name = 'sig'").fetchone()[0]
+    return {"db": db, "returncode": p.returncode, "out": out, "err": err, "status": status,
+            "stored_before": stored_before, "stored_after": _count(db, "sig")}
+
+
+def _sigint_to_the_process(workdir: Path) -> dict:
+    return _signalled(workdir, signal.SIGINT)
+
+
+def _sigterm(workdir: Path) -> dict:
+    return _signalled(workdir, signal.SIGTERM)
+
+
+@pytest.mark.parametrize("fixture,code,said", [("sigint_run", 130, "aborted"), ("sigterm_run", 143, "aborted (SIGTERM)")])
+def test_sigint_to_the_process_and_sigterm_stop_a_run_as_ctrl_c_does(fixture, code, said, request):
+    """`kill -INT <pid>` was ignored (the run went on to its end) when kbench started with SIGINT ignored, as every
+    command a non-interactive shell starts in the background does; `kill <pid>` (SIGTERM) ended it at once without a
+    word, and the run then read 'runner gone (killed or crashed)'. Both now stop it as Ctrl-C does."""
+    run = request.getfixturevalue(fixture)
+    err = run["err"]
+    assert run["returncode"] == code, (run["out"][-2000:], err[-3000:])
+    assert 1 <= run["stored_before"] and run["stored_after"] < 3  # stopped part-way, not run to its end
+    assert run["status"] == "interrupted"
+    lines = err.strip().splitlines()
+    hint = f"run sig is stored as interrupted; continue it with: kbench run --run-name sig --resume --db {run['db']}"
+    assert lines[-2:] == [said, hint], err[-3000:]
+    assert "Traceback" not in err and "leaked semaphore" not in err, err[-3000:]
+
+
 def test_a_live_runner_refuses_a_second_and_a_killed_one_reads_interrupted(sigkill_runs):
     """While a run's runner lives (here stopped with SIGSTOP), ``--resume`` of it is refused with the runner's
     pid and host and `runs list` shows who runs it; once the runner is SIGKILLed, `runs list` shows the run as
@@ -330,6 +384,7 @@ def test_ctrl_c_says_how_to_continue_without_tracebacks(ctrl_c_run):
 
 # queued when the session is collected (tests/early.py): these runs are all in processes of their own
 EARLY = {"sigkill_runs": Early(in_child(_sigkill_twice_then_resume)), "ctrl_c_run": Early(in_child(_ctrl_c)),
+         "sigint_run": Early(in_child(_sigint_to_the_process)), "sigterm_run": Early(in_child(_sigterm)),
          "resumed_after_harness_errors": Early(in_child(_resumes_after_harness_errors))}
 
 
@@ -341,6 +396,16 @@ def sigkill_runs() -> dict:
 @pytest.fixture
 def ctrl_c_run() -> dict:
     return EARLY["ctrl_c_run"].result()
+
+
+@pytest.fixture
+def sigint_run() -> dict:
+    return EARLY["sigint_run"].result()
+
+
+@pytest.fixture
+def sigterm_run() -> dict:
+    return EARLY["sigterm_run"].result()
 
 
 @pytest.fixture
