@@ -37,7 +37,8 @@ static.introspection       cheat        gc, inspect, frames, ``sys.modules``, co
                                         ``dlsym``, ``clock_gettime``, ``/proc/self``) ...
 static.side-stream         warn         new CUDA streams (the timer checks what they do)
 static.precision           policy       half / bfloat16 / TF32 / tensor-core fp16 math
-static.subprocess          warn         subprocess / os.system
+static.subprocess          cheat        subprocess / os.system / os.exec* / os.dup2 (its processes run
+                                        outside the timer and the checks)
 static.network             cheat        sockets, HTTP clients
 =========================  ===========  =========================================================
 
@@ -153,6 +154,9 @@ _LOOKUP_BUILTINS = {"getattr", "setattr", "delattr", "vars", "globals", "locals"
 # through a library's namespace); ``eval`` and ``compile`` are left out (``model.eval()``, ``torch.compile``)
 _LOOKUP_ATTRS = {"getattr", "setattr", "delattr", "vars", "globals", "locals", "exec", "breakpoint",
                  "InteractiveInterpreter", "InteractiveConsole", "interact", "compile_command"}
+# processes and file descriptors: a module or call reached as another's attribute
+_PROCESS_ATTRS = {"subprocess", "pty", "Popen", "multiprocessing", "dup2", "dup3", "forkpty", "posix_spawn",
+                  "posix_spawnp", "prctl"}
 # importlib's names an honest candidate uses (is a package installed?); any other is an import by a run-time name
 _IMPORTLIB_ALLOWED = {"importlib", "importlib.util", "importlib.util.find_spec", "importlib.metadata",
                       "importlib.metadata.version"}
@@ -442,7 +446,7 @@ def static_findings(source: str) -> list[Finding]:
                 if root in _NETWORK_MODULES or m in _NETWORK_MODULES:
                     out.append(_f("static.network", Severity.CHEAT, "network", f"imports {m}", n))
                 if root in ("subprocess", "pty"):
-                    out.append(_f("static.subprocess", Severity.WARN, "subprocess", f"imports {m}", n))
+                    out.append(_f("static.subprocess", Severity.CHEAT, "deferred-work", f"imports {m}", n))
                 if root == "ctypes":
                     out.append(_f("static.introspection", Severity.WARN, "ctypes", "imports ctypes", n))
                     if m.rsplit(".", 1)[-1] in _CTYPES_MEMORY:
@@ -472,8 +476,12 @@ def static_findings(source: str) -> list[Finding]:
             if name in _SIGNAL_CALLS:
                 out.append(_f("static.threads", Severity.CHEAT, "deferred-work",
                               f"calls {name}() (work triggered after forward returns)", n))
-            if name in ("os.system", "os.popen", "os.execv", "os.execve", "os.spawnv") or name.startswith("subprocess."):
-                out.append(_f("static.subprocess", Severity.WARN, "subprocess", f"calls {name}()", n))
+            if name.startswith("subprocess.") or (owner == "os" and (
+                    last in ("system", "popen", "posix_spawn", "posix_spawnp", "forkpty") or
+                    last.startswith(("exec", "spawn")))):
+                # a process of the candidate's runs outside the timer and every check in its own process (a review
+                # relayed the channel through one and forged its times; another filled outputs after forward returned)
+                out.append(_f("static.subprocess", Severity.CHEAT, "deferred-work", f"calls {name}()", n))
             if last in _GLOBAL_FLAG_FUNCS and name.startswith(("torch", "cuda")):
                 out.append(_f("static.global-state", Severity.CHEAT, "global-state", f"calls {name}()", n))
             if raw in ("setattr", "builtins.setattr", "object.__setattr__") and n.args:
@@ -595,6 +603,12 @@ def static_findings(source: str) -> list[Finding]:
                 dotted == a or a.startswith(dotted + ".") for a in _IMPORTLIB_ALLOWED)
             getattribute = n.attr in ("__getattribute__", "__getattr__") and not (
                 isinstance(n.value, ast.Call) and _dotted(n.value.func) == "super")
+            if owner and owner != "self" and n.attr in ("socket", "socketserver"):  # reached as another's attribute
+                out.append(_f("static.network", Severity.CHEAT, "network", f"uses {_dotted(n) or n.attr}", n))
+            if owner and owner != "subprocess" and n.attr in _PROCESS_ATTRS:
+                # a process started, or a file descriptor replaced, through a name the import rules never see
+                # (``torch.utils.cpp_extension.subprocess.Popen``, ``os.dup2`` over the channel's socket)
+                out.append(_f("static.subprocess", Severity.CHEAT, "deferred-work", f"uses {_dotted(n) or n.attr}", n))
             if owner and (n.attr in _INTROSPECTION_MODULES - {"code"} or n.attr in _LOOKUP_ATTRS or (
                     n.attr == "__dict__" and (_dotted(n.value).partition(".")[0] in module_names or
                                               _dotted(n.value) not in ("self", "cls")))):
@@ -645,6 +659,15 @@ def static_findings(source: str) -> list[Finding]:
     if m:
         out.append(Finding("static.introspection", Severity.CHEAT, "introspection",
                            f"kernel source rewrites or inspects its own process: {m.group(0)!r}"))
+    for n in ast.walk(tree):
+        # a process's files under /proc (its own memory among them: a review read the channel's key there, with the
+        # pid put in at run time); what the machine is (cpuinfo, meminfo) stays allowed
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.rstrip("/") == "/proc" or (
+                isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("/proc/") and
+                not n.value.startswith(("/proc/cpuinfo", "/proc/meminfo"))):
+            out.append(_f("static.introspection", Severity.CHEAT, "introspection",
+                          f"names a process's files under /proc ({n.value[:40]!r})", n))
+            break
     for n in ast.walk(tree):
         if isinstance(n, ast.Call) and any(k.arg == "allow_pickle" and not (
                 isinstance(k.value, ast.Constant) and k.value.value is False) for k in n.keywords):

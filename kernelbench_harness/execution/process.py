@@ -105,6 +105,10 @@ class ChildHandle:
         if self.wait_exit(2.0) is None:
             self.kill("closed")
             self.wait_exit(5.0)
+        try:  # what the candidate left running in its process group after it exited (a review's helpers outlived it)
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
 
     #: the most files a watched private folder may hold (counting them must stay cheap)
     FOLDER_MAX_FILES = 20_000

@@ -265,6 +265,46 @@ def _finding(check: str, severity: str, tag: str, message: str, **data: Any) -> 
     return {"check": check, "severity": severity, "tag": tag, "message": message, "data": data}
 
 
+def _become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``): a process the
+    candidate started that double-forks or calls ``setsid`` then stays this process's child, where
+    :func:`_children` finds it, instead of going to init. False where the call is not available."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> dict[int, str]:
+    """Live (not zombie) child processes of this process, by pid: their command names. Zombies are reaped."""
+    me, out = os.getpid(), {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as fh:
+                stat = fh.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        name, _, rest = stat.partition(" (")[2].rpartition(") ")
+        fields = rest.split()
+        if len(fields) > 1 and fields[1] == str(me):
+            if fields[0] == "Z":
+                try:
+                    os.waitpid(int(e), os.WNOHANG)
+                except OSError:
+                    pass
+            else:
+                out[int(e)] = name
+    return out
+
+
 def _tail(text: str, n: int = 4000) -> str:
     return text if len(text) <= n else "...\n" + text[-n:]
 
@@ -307,6 +347,8 @@ class _Forbid:
 _CHANNEL: list[Channel | None] = [None]
 _CHANNEL_SOCK: list[Any] = [None]
 _CHANNEL_SEND = Channel.send
+_CHANNEL_FD: list[tuple[int, int]] = [(0, 0)]  # (st_dev, st_ino) of the channel's socket when the job began
+_fstat, _exit = os.fstat, os._exit
 _function_depth = torch._C._len_torch_function_stack
 _dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
@@ -388,6 +430,8 @@ class _Job:
         self.chan = chan
         _CHANNEL[0] = chan
         _CHANNEL_SOCK[0] = chan.sock
+        st = _fstat(chan.sock.fileno())
+        _CHANNEL_FD[0] = (st.st_dev, st.st_ino)  # what the channel's descriptor names (checked in send)
         # torch function / dispatch modes active before any candidate code: one the candidate enters can
         # see and change every tensor operation, the harness's own reads of outputs included
         self.modes0 = _mode_depths()
@@ -450,6 +494,15 @@ class _Job:
                 own.pop(k, None)
             extra.append(_finding("runtime.timer-tamper", "cheat", "timer-tamper",
                                   "the harness's job object had its method(s) shadowed: " + ", ".join(shadowed[:8])))
+        try:
+            fd_now = _fstat(_CHANNEL_SOCK[0].fileno())
+            same_fd = (fd_now.st_dev, fd_now.st_ino) == _CHANNEL_FD[0]
+        except (OSError, ValueError):
+            same_fd = False
+        if not same_fd:
+            # the channel's file descriptor now names another file (``os.dup2`` over it: a relay that rewrites what
+            # the trusted side reads); nothing more is sent, and the trusted side sees the process end
+            _exit(86)
         chan = _CHANNEL[0]
         if self.chan is not chan or _type(chan).send is not _CHANNEL_SEND or chan.sock is not _CHANNEL_SOCK[0]:
             # the candidate swapped the channel (or its send) to rewrite what reaches the trusted side
@@ -522,6 +575,19 @@ class _Job:
                 _Job.flag(self, _finding("runtime.threads", "cheat", "deferred-work",
                                          f"{len(names)} thread(s) started by Python code in the candidate's process "
                                          f"({where}): " + ", ".join(sorted(set(names))[:8])))
+        procs = _children()
+        if procs:
+            # a process the candidate started, alive at a check: it runs outside the timer and every check here
+            # (a review relayed the channel through one, another filled outputs after forward returned); it is ended
+            # now, and its own children, which then come to this process (a subreaper), at the next check
+            for pid in procs:
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            _Job.flag(self, _finding("runtime.processes", "cheat", "deferred-work",
+                                     f"{len(procs)} process(es) started in the candidate's process were running "
+                                     f"({where}): " + ", ".join(sorted(set(procs.values()))[:8])))
         alive = {t.ident: t.name for t in _enumerate_threads() if t.ident not in self.threads0 and t.is_alive()}
         alive.update({i: n for i, n in self.thread_watch.running().items() if i not in self.threads0})
         if alive:
@@ -1271,6 +1337,7 @@ def child_main(sock_fd: int, job: dict[str, Any], sandbox: dict[str, Any] | None
     from .sandbox import SandboxConfig, apply_sandbox
 
     sock = socket.socket(fileno=sock_fd)
+    _become_subreaper()  # before any candidate code: its processes' orphans stay visible (_children)
     key = job.pop("channel_key", None)  # kept only by the channel object (see .channel.Channel)
     chan = Channel(sock, key=bytes.fromhex(key) if key else None)
     # every tool's scratch and cache goes into the private folder (the only place it may write)

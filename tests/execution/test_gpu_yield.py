@@ -686,7 +686,8 @@ def test_every_path_stores_the_candidates_steps(tmp_path: Path) -> None:
         for res in (broken, slow):
             names = [s[0] for s in res.extra["steps"]]
             assert names == ["setup_claim", "reference", "plan_memory", "share_sets", "start", "ended"], names
-        assert slow.extra["steps"][-1][2] - slow.extra["steps"][-1][1] >= 1.9  # the build that timed out
+        # the build that timed out (2 s; on a loaded machine the process starts late: 1.86 s seen)
+        assert slow.extra["steps"][-1][2] - slow.extra["steps"][-1][1] >= 1.5
         names = [s[0] for s in fine.extra["steps"]]
         assert names[:6] == ["setup_claim", "reference", "plan_memory", "share_sets", "start", "build_construct"]
         assert names[-1] in ("finish", "baselines") and "ended" not in names
