@@ -1497,7 +1497,7 @@ class DeviceEvaluator:
             job = {"mode": "probe", "job_dir": str(jobdir), "inputs_dir": str(jobdir), "device": str(self.device),
                    "protocol": {}}
             cfg = {"private_dir": str(jobdir), "cpu_time_s": 600, "file_size_bytes": 1 << 30,
-                   "extra_write_dirs": site_write_dirs(), **layers}
+                   "extra_write_dirs": site_write_dirs(self.device.type), **layers}
             try:
                 h = self.launcher.start(job, cfg)
                 try:
@@ -2744,7 +2744,7 @@ class DeviceEvaluator:
             "file_size_bytes": max(8 << 30, 0),
             "address_space_bytes": self.memory_limit * 2 if self.device.type == "cpu" else 0,
             "limit_address_space": False,
-            "extra_write_dirs": site_write_dirs(),
+            "extra_write_dirs": site_write_dirs(self.device.type),
             **(self.layers or {"new_netns": True, "landlock": True}),
         }
 

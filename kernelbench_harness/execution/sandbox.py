@@ -287,14 +287,23 @@ def apply_sandbox(cfg: SandboxConfig) -> dict[str, str]:
     return applied
 
 
-def site_write_dirs() -> tuple[str, ...]:
-    """Folders this machine's GPU stack must write, from ``$KBENCH_SANDBOX_WRITE_DIRS`` (comma- or
-    colon-separated; ``/proc/self`` means the candidate process's own /proc folder), read on the
-    trusted side and passed as ``SandboxConfig.extra_write_dirs``. Empty by default: set it when the
-    layer probe shows that Landlock stops the device from initialising (``scripts/gpu/landlock_diag.py``
-    finds which folder the driver needs)."""
-    raw = os.environ.get("KBENCH_SANDBOX_WRITE_DIRS", "").replace(":", ",")
-    return tuple(d.strip() for d in raw.split(",") if d.strip())
+#: what a CUDA candidate may write besides its private folder by default: its own /proc entry. On the H200 machines
+#: (driver 580, session 41) CUDA does not initialise under Landlock without it, and with it every case of
+#: ``scripts/gpu/exploits.py`` came out as expected with Landlock on (``docs/gpu/2026-12-05-s41/``). A process may
+#: already write its own memory, so the grant costs little.
+CUDA_WRITE_DIRS = ("/proc/self",)
+
+
+def site_write_dirs(device_type: str = "cpu") -> tuple[str, ...]:
+    """Folders a candidate process may write besides its private folder, read on the trusted side and passed as
+    ``SandboxConfig.extra_write_dirs``: ``$KBENCH_SANDBOX_WRITE_DIRS`` when set (comma- or colon-separated;
+    ``/proc/self`` means the candidate process's own /proc folder; set but empty means none), else
+    :data:`CUDA_WRITE_DIRS` for ``device_type`` ``"cuda"`` and none for a CPU. ``scripts/gpu/landlock_diag.py``
+    finds which folder a machine's driver needs when Landlock stops the device from initialising."""
+    raw = os.environ.get("KBENCH_SANDBOX_WRITE_DIRS")
+    if raw is None:
+        return CUDA_WRITE_DIRS if device_type == "cuda" else ()
+    return tuple(d.strip() for d in raw.replace(":", ",").split(",") if d.strip())
 
 
 def _deny_unix_sockets() -> str:

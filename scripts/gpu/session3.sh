@@ -25,7 +25,7 @@ set -u -o pipefail
 OUT=${OUT:-/tmp/kbench-out}
 PHASES=${PHASES:-replay}
 mkdir -p "$OUT" results
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 KBENCH_SANDBOX_LAYERS=${KBENCH_SANDBOX_LAYERS:-netns,caps}
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 KBENCH_SANDBOX_LAYERS=${KBENCH_SANDBOX_LAYERS:-landlock,netns,caps}
 [ -n "${SKIP_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 KB="python3 -m kernelbench_harness"

@@ -13,7 +13,7 @@
 set -u -o pipefail
 OUT=${OUT:-/tmp/kbench-out}
 mkdir -p "$OUT" results
-export PYTHONUNBUFFERED=1 KBENCH_SANDBOX_LAYERS=${KBENCH_SANDBOX_LAYERS:-netns,caps}
+export PYTHONUNBUFFERED=1 KBENCH_SANDBOX_LAYERS=${KBENCH_SANDBOX_LAYERS:-landlock,netns,caps}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 [ -f results/sweep.db ] || { [ -f .gpu/sweep.db ] && cp .gpu/sweep.db results/sweep.db && chmod u+w results/sweep.db; }

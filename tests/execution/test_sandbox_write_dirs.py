@@ -36,8 +36,14 @@ print(json.dumps({"applied": applied, "seen": seen}))
 def test_site_write_dirs_parses_commas_and_colons(monkeypatch):
     monkeypatch.setenv("KBENCH_SANDBOX_WRITE_DIRS", "/tmp/a, /proc/self:/run")
     assert site_write_dirs() == ("/tmp/a", "/proc/self", "/run")
+    assert site_write_dirs("cuda") == ("/tmp/a", "/proc/self", "/run")  # the variable wins on a GPU too
     monkeypatch.delenv("KBENCH_SANDBOX_WRITE_DIRS")
     assert site_write_dirs() == ()
+    # a CUDA candidate may write its own /proc entry by default (CUDA does not start under Landlock without it on the
+    # H200 machines); set but empty means nothing more
+    assert site_write_dirs("cuda") == ("/proc/self",)
+    monkeypatch.setenv("KBENCH_SANDBOX_WRITE_DIRS", "")
+    assert site_write_dirs("cuda") == ()
 
 
 @pytest.mark.skipif(landlock_abi() < 1, reason="Landlock unavailable on this kernel")
