@@ -358,6 +358,11 @@ def absolute_inputs(cfg: RunConfig) -> RunConfig:
                                model=f"replay:{_abs(m)}" if m is not None else cfg.model)
 
 
+def _where_flag(field_name: str, stored: str) -> str:
+    """The flag that points a resumed run at its input ``field_name`` (stored as ``stored``) where it is now."""
+    return "--problems <folder>" if field_name == "problems" else f"-m replay:<folder>/{Path(stored).name}"
+
+
 def _repoint_inputs(given: RunConfig, saved: RunConfig, explicit: frozenset[str] | set[str]) -> dict[str, Any]:
     """The inputs a resumed run takes from the command line: a ``--problems`` or ``-m replay:`` path given where
     the stored one does not exist here (a run stored with relative paths, resumed from another folder). Whether
@@ -376,7 +381,7 @@ def _repoint_inputs(given: RunConfig, saved: RunConfig, explicit: frozenset[str]
         old, new = input_path(f, getattr(saved, f)), input_path(f, getattr(given, f))
         if f not in explicit or old is None or new is None or Path(old).expanduser().exists():
             continue  # the stored setting is used (and a different one given is named as ignored)
-        flag = "--problems <folder>" if f == "problems" else f"-m replay:<folder>/{Path(old).name}"
+        flag = _where_flag(f, old)
         if not Path(new).expanduser().exists():
             raise ConfigError(f"{_INPUT_FLAGS[f]}{'' if f == 'model' else ' '}{new}: no such file or folder",
                               fix=f"pass {flag} where the run's {'problems are' if f == 'problems' else 'file is'} "
@@ -404,8 +409,7 @@ def _check_inputs_here(cfg: RunConfig, run_name: str, *, problems: bool, model: 
         return
     named = " and ".join(f"{_INPUT_FLAGS[f]}{'' if f == 'model' else ' '}{p}" for f, p in missing)
     here = ", ".join(_abs(p) for _, p in missing)
-    flags = " ".join("--problems <folder>" if f == "problems" else f"-m replay:<folder>/{Path(p).name}"
-                     for f, p in missing)
+    flags = " ".join(_where_flag(f, p) for f, p in missing)
     raise ConfigError(f"run {run_name!r} was started with {named}, which {'is' if len(missing) == 1 else 'are'} "
                       f"not here ({here})",
                       fix=f"pass {flags} where {'it is' if len(missing) == 1 else 'they are'} now (a resume checks "

@@ -659,17 +659,17 @@ def static_findings(source: str) -> list[Finding]:
     if m:
         out.append(Finding("static.introspection", Severity.CHEAT, "introspection",
                            f"kernel source rewrites or inspects its own process: {m.group(0)!r}"))
+    named_proc = False
     for n in ast.walk(tree):
         # a process's files under /proc (its own memory among them: a review read the channel's key there, with the
-        # pid put in at run time); what the machine is (cpuinfo, meminfo) stays allowed
-        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.rstrip("/") == "/proc" or (
-                isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("/proc/") and
-                not n.value.startswith(("/proc/cpuinfo", "/proc/meminfo"))):
+        # pid put in at run time), reported once; what the machine is (cpuinfo, meminfo) stays allowed
+        text = n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else None
+        if not named_proc and text is not None and (text.rstrip("/") == "/proc" or (
+                text.startswith("/proc/") and not text.startswith(("/proc/cpuinfo", "/proc/meminfo")))):
+            named_proc = True
             out.append(_f("static.introspection", Severity.CHEAT, "introspection",
-                          f"names a process's files under /proc ({n.value[:40]!r})", n))
-            break
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Call) and any(k.arg == "allow_pickle" and not (
+                          f"names a process's files under /proc ({text[:40]!r})", n))
+        elif isinstance(n, ast.Call) and any(k.arg == "allow_pickle" and not (
                 isinstance(k.value, ast.Constant) and k.value.value is False) for k in n.keywords):
             out.append(_f("static.introspection", Severity.CHEAT, "introspection",
                           f"calls {canon(n.func) or 'a loader'} with allow_pickle: it runs code stored in data", n))
@@ -1139,8 +1139,6 @@ class ImportWatch:
         self.roots = tuple(sorted(r for r in roots if not self._under(r, self.private)))
         self.since_s = time.time()
         self.on_refuse = on_refuse
-        #: (module name, file or folder, why) of every refusal
-        self.refused: list[tuple[str, str, str]] = []
         self._before: set[int] = set()
 
     @staticmethod
@@ -1175,7 +1173,6 @@ class ImportWatch:
             for origin in origins:
                 why = self.why(str(origin))
                 if why is not None:
-                    self.refused.append((fullname, str(origin), why))
                     if self.on_refuse is not None:
                         self.on_refuse(fullname, str(origin), why)
                     raise ImportError(f"kbench refused to import {fullname} from {origin}: {why} (a candidate's "
@@ -1196,16 +1193,13 @@ class ImportWatch:
         candidate's: its ``find_spec`` comes from a file on the original path, written before the watch began)."""
         import sys
 
-        finders = list(sys.meta_path)
-        if not any(f is self for f in finders):
-            return False
-        for f in finders[:next(i for i, f in enumerate(finders) if f is self)]:
-            if id(f) in self._before:
-                continue
+        for f in list(sys.meta_path):
+            if f is self:
+                return True
             code = getattr(getattr(type(f), "find_spec", None), "__code__", None)
-            if code is not None and self.why(code.co_filename) is not None:
+            if id(f) not in self._before and code is not None and self.why(code.co_filename) is not None:
                 return False
-        return True
+        return False
 
 
 # Operations whose fp32 arithmetic the TF32 / reduced-precision switches change.

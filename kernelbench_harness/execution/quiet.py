@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-__all__ = ["HostQuieter", "descendants", "continue_all", "in_tree", "proc_stat"]
+__all__ = ["HostQuieter", "children", "descendants", "continue_all", "in_tree", "proc_stat"]
 
 
 def proc_stat(pid: int | str) -> list[str] | None:
@@ -77,6 +77,13 @@ def _children_of(pid: int) -> list[int] | None:
         except (OSError, ValueError):
             continue
     return out
+
+
+def children(pid: int) -> list[int]:
+    """The children of process ``pid``: from ``/proc/<pid>/task/*/children`` where the kernel lists them, else
+    from every process's parent in ``/proc``."""
+    kids = _children_of(pid)
+    return kids if kids is not None else [c for c, parent in _parents().items() if parent == pid]
 
 
 def _parents() -> dict[int, int]:

@@ -59,6 +59,8 @@ from .build import (
 from .channel import Channel
 from .guards import ImportWatch, ProtectedSnapshot, ThreadWatch, run_watching_precision, snapshot_global_flags
 from . import devshare as _devshare
+from .quiet import children as _child_pids
+from .quiet import proc_stat as _proc_stat
 from .tensorio import DTYPES, decode_value, nbytes_of, read_tensor, tensor_name, write_tensor
 
 __all__ = ["child_main", "device_times", "run_job"]
@@ -279,29 +281,22 @@ def _become_subreaper() -> bool:
 
 def _children() -> dict[int, str]:
     """Live (not zombie) child processes of this process, by pid: their command names. Zombies are reaped."""
-    me, out = os.getpid(), {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for e in entries:
-        if not e.isdigit():
+    out = {}
+    for pid in _child_pids(os.getpid()):
+        fields = _proc_stat(pid)
+        if not fields:
+            continue  # ended meanwhile
+        if fields[0] == "Z":
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except OSError:
+                pass
             continue
         try:
-            with open(f"/proc/{e}/stat", "rb") as fh:
-                stat = fh.read().decode("ascii", "replace")
+            with open(f"/proc/{pid}/comm") as fh:
+                out[pid] = fh.read().strip()
         except OSError:
-            continue
-        name, _, rest = stat.partition(" (")[2].rpartition(") ")
-        fields = rest.split()
-        if len(fields) > 1 and fields[1] == str(me):
-            if fields[0] == "Z":
-                try:
-                    os.waitpid(int(e), os.WNOHANG)
-                except OSError:
-                    pass
-            else:
-                out[int(e)] = name
+            out[pid] = str(pid)
     return out
 
 
