@@ -17,10 +17,8 @@ number and skipped. The adapter is not an LLM: the agent loop runs one turn and 
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,14 +26,12 @@ from typing import Any
 
 from ..core import Problem
 from ..errors import ConfigError
-from ..prompts import extract_code, find_code_blocks
+from ..prompts import defines_model_new, extract_code, find_code_blocks, parses
 from .base import Generation, GenerationRequest, ModelAdapter, SampleSpec, refuse_unknown_options
 
 __all__ = ["ReplayAdapter", "StoredGeneration", "read_generations", "stored_code"]
 
 log = logging.getLogger(__name__)
-
-_MODELNEW = re.compile(r"^\s*class\s+ModelNew\b", re.MULTILINE)  # as prompts.extract reads a reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,14 +61,6 @@ class StoredGeneration:
         return str(self.fields.get("code", self.code or ""))
 
 
-def _parses(text: str) -> bool:
-    try:
-        ast.parse(text)
-    except (SyntaxError, ValueError):
-        return False
-    return True
-
-
 def stored_code(text: str) -> str | None:
     """The candidate in a replay line's ``code`` field, or None when it holds no code.
 
@@ -87,11 +75,11 @@ def stored_code(text: str) -> str | None:
     """
     if not text.strip():
         return None
-    if _parses(text):
+    if parses(text):
         return text
     if find_code_blocks(text):
         return extract_code(text)
-    return text if _MODELNEW.search(text) else None
+    return text if defines_model_new(text) else None
 
 
 def _as_id(v: Any) -> int | None:

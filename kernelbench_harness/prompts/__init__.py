@@ -23,15 +23,17 @@ import jinja2
 
 from ..core import EvalResult, Outcome, Problem, Severity
 from ..errors import ConfigError
-from .extract import CodeBlock, extract_code, find_code_blocks
+from .extract import CodeBlock, defines_model_new, extract_code, find_code_blocks, parses
 
 __all__ = [
     "BACKENDS",
     "CodeBlock",
     "build_messages",
+    "defines_model_new",
     "extract_code",
     "feedback_message",
     "find_code_blocks",
+    "parses",
     "trim_middle",
 ]
 

@@ -12,7 +12,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-__all__ = ["CodeBlock", "extract_code", "find_code_blocks"]
+__all__ = ["CodeBlock", "defines_model_new", "extract_code", "find_code_blocks", "parses"]
 
 _FENCE_OPEN = re.compile(r"^[ \t]{0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*?)[ \t]*$")
 _MODELNEW = re.compile(r"^\s*class\s+ModelNew\b", re.MULTILINE)
@@ -78,12 +78,19 @@ def find_code_blocks(text: str) -> list[CodeBlock]:
     return blocks
 
 
-def _parses(code: str) -> bool:
+def parses(code: str) -> bool:
+    """Whether ``code`` parses as Python (``ast.parse``)."""
     try:
         ast.parse(code)
     except (SyntaxError, ValueError):
         return False
     return True
+
+
+def defines_model_new(text: str) -> bool:
+    """Whether ``text`` has a line that starts ``class ModelNew`` (the rule replies are read by)."""
+    return _MODELNEW.search(text) is not None
+
 
 
 def _normalize(code: str) -> str:
@@ -97,7 +104,7 @@ def _bare_code(text: str) -> str | None:
         return None
     if not _MODELNEW.search(stripped):
         return None
-    if _parses(stripped):
+    if parses(stripped):
         return _normalize(stripped)
     lines = stripped.splitlines()
     starts = [i for i, line in enumerate(lines) if _CODE_START.match(line)][:_MAX_STARTS]
@@ -105,7 +112,7 @@ def _bare_code(text: str) -> str | None:
         # drop trailing prose, one line at a time, until the rest parses
         for end in range(len(lines), max(start, len(lines) - _MAX_TRAILING_PROSE_LINES), -1):
             candidate = "\n".join(lines[start:end])
-            if _MODELNEW.search(candidate) and _parses(candidate):
+            if _MODELNEW.search(candidate) and parses(candidate):
                 return _normalize(candidate)
     return None
 
@@ -124,7 +131,7 @@ def _from_blocks(blocks: list[CodeBlock]) -> str | None:
     tagged_py = [b for b in blocks if b.lang in _PY_TAGS and b.code.strip()]
     if tagged_py:
         return _normalize(tagged_py[-1].code)
-    untagged = [b for b in blocks if b.lang == "" and b.code.strip() and _parses(b.code)]
+    untagged = [b for b in blocks if b.lang == "" and b.code.strip() and parses(b.code)]
     if untagged:
         return _normalize(untagged[-1].code)
     return None
