@@ -494,7 +494,8 @@ def _check_environment() -> None:
         ConfigError: ``KBENCH_REF_BUDGET_BYTES`` is not a non-negative integer; ``KBENCH_DEVSHARE``,
             ``KBENCH_MEMORY_LEDGER``, ``KBENCH_PCH``, ``KBENCH_SLIM_HEADERS``, ``KBENCH_START_OFF_HOLD``,
             ``KBENCH_COMPILE_OFF_HOLD``, ``KBENCH_LANE_PRIORITY`` or ``KBENCH_LANE_EXCLUSIVE`` is not an on/off switch;
-            ``KBENCH_SANDBOX_LAYERS`` names an unknown layer.
+            ``KBENCH_SANDBOX_LAYERS`` names an unknown layer; ``KBENCH_SANDBOX_WRITE_DIRS`` names something other
+            than an existing folder by absolute path.
     """
     import torch
 
@@ -518,7 +519,9 @@ def _check_environment() -> None:
                        (lane_priority_enabled, f"set {LANE_PRIORITY_ENV}=0 or 1, or unset it (1)"),
                        (lane_exclusive_enabled, f"set {LANE_EXCLUSIVE_ENV}=0 or 1, or unset it (0)"),
                        (sandbox.pinned_layers, "name the layers to try first from netns, landlock, caps, seccomp "
-                                               "(e.g. KBENCH_SANDBOX_LAYERS=netns,caps), or unset it")):
+                                               "(e.g. KBENCH_SANDBOX_LAYERS=netns,caps), or unset it"),
+                       (sandbox.site_write_dirs, "name existing folders by absolute path, comma-separated "
+                                                 "(/proc/self for the process's own /proc entry), or unset it")):
         try:
             check()
         except ValueError as e:

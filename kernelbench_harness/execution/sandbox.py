@@ -299,11 +299,21 @@ def site_write_dirs(device_type: str = "cpu") -> tuple[str, ...]:
     ``SandboxConfig.extra_write_dirs``: ``$KBENCH_SANDBOX_WRITE_DIRS`` when set (comma- or colon-separated;
     ``/proc/self`` means the candidate process's own /proc folder; set but empty means none), else
     :data:`CUDA_WRITE_DIRS` for ``device_type`` ``"cuda"`` and none for a CPU. ``scripts/gpu/landlock_diag.py``
-    finds which folder a machine's driver needs when Landlock stops the device from initialising."""
+    finds which folder a machine's driver needs when Landlock stops the device from initialising.
+
+    Raises:
+        ValueError: an entry that is not an absolute path to an existing folder (a typo would otherwise leave the
+            folder unwritable without a word, and the device might then fail to start under Landlock).
+    """
     raw = os.environ.get("KBENCH_SANDBOX_WRITE_DIRS")
     if raw is None:
         return CUDA_WRITE_DIRS if device_type == "cuda" else ()
-    return tuple(d.strip() for d in raw.replace(":", ",").split(",") if d.strip())
+    dirs = tuple(d.strip() for d in raw.replace(":", ",").split(",") if d.strip())
+    bad = [d for d in dirs if d != "/proc/self" and not (os.path.isabs(d) and os.path.isdir(d))]
+    if bad:
+        raise ValueError(f"KBENCH_SANDBOX_WRITE_DIRS={raw!r}: {', '.join(repr(d) for d in bad)} is not an absolute "
+                         "path to an existing folder")
+    return dirs
 
 
 def _deny_unix_sockets() -> str:

@@ -33,10 +33,15 @@ print(json.dumps({"applied": applied, "seen": seen}))
 '''
 
 
-def test_site_write_dirs_parses_commas_and_colons(monkeypatch):
-    monkeypatch.setenv("KBENCH_SANDBOX_WRITE_DIRS", "/tmp/a, /proc/self:/run")
-    assert site_write_dirs() == ("/tmp/a", "/proc/self", "/run")
-    assert site_write_dirs("cuda") == ("/tmp/a", "/proc/self", "/run")  # the variable wins on a GPU too
+def test_site_write_dirs_parses_commas_and_colons(monkeypatch, tmp_path):
+    monkeypatch.setenv("KBENCH_SANDBOX_WRITE_DIRS", f"{tmp_path}, /proc/self:/run")
+    assert site_write_dirs() == (str(tmp_path), "/proc/self", "/run")
+    assert site_write_dirs("cuda") == (str(tmp_path), "/proc/self", "/run")  # the variable wins on a GPU too
+    for bad in ("proc/self", f"{tmp_path}/missing"):  # relative, or no such folder: refused by name
+        monkeypatch.setenv("KBENCH_SANDBOX_WRITE_DIRS", f"/run,{bad}")
+        with pytest.raises(ValueError, match="not an absolute path to an existing folder") as e:
+            site_write_dirs("cuda")
+        assert repr(bad) in str(e.value)
     monkeypatch.delenv("KBENCH_SANDBOX_WRITE_DIRS")
     assert site_write_dirs() == ()
     # a CUDA candidate may write its own /proc entry by default (CUDA does not start under Landlock without it on the

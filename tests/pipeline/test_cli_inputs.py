@@ -183,6 +183,7 @@ def test_a_bad_devshare_switch_is_refused_before_anything_is_stored(tmp_path, mo
     ("KBENCH_MEMORY_LEDGER", "maybe", "KBENCH_MEMORY_LEDGER=0"),
     ("KBENCH_START_OFF_HOLD", "sometimes", "KBENCH_START_OFF_HOLD=0"),
     ("KBENCH_COMPILE_OFF_HOLD", "auto", "KBENCH_COMPILE_OFF_HOLD=0"),
+    ("KBENCH_SANDBOX_WRITE_DIRS", "proc/self", "/proc/self"),  # relative: the folder would stay unwritable
 ])
 def test_bad_switches_are_refused_before_anything_is_stored(tmp_path, monkeypatch, name, value, fix):
     monkeypatch.setenv(name, value)
